@@ -1,0 +1,5 @@
+import sys
+
+from roll.cli import main
+
+sys.exit(main())

@@ -1,0 +1,81 @@
+"""Advantage estimation, policy/value losses, KL control and masks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+@dataclass
+class RewardNormConfig:
+    """How episode rewards are normalised before advantages."""
+
+    group_by: Literal["group", "batch", "tag"] = "group"
+    """Statistics over each env group (same seed), the whole batch, or each env tag."""
+    method: Literal["mean_std", "mean", "none"] = "mean_std"
+    """Subtract the mean and divide by std, subtract the mean only, or leave rewards as they are."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """Which estimator and loss, registered by name, and their coefficients."""
+
+    adv_estimator: str = "grpo"
+    """Registered advantage estimator: gae, grpo, reinforce_pp, rloo, reinforce, gigpo (`roll list advantages`)."""
+    adv_estimator_args: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of the estimator."""
+    policy_loss: str = "ppo_clip"
+    """Registered policy loss: ppo_clip, dual_clip, gspo, tis, pg (`roll list losses`)."""
+    policy_loss_args: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of the policy loss."""
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    """How per-token losses are reduced; normalisers use the whole mini-batch, not each micro-batch."""
+    clip_ratio_low: float = 0.2
+    """PPO lower clip: ratio >= 1 - clip_ratio_low."""
+    clip_ratio_high: float = 0.2
+    """PPO upper clip: ratio <= 1 + clip_ratio_high (raise it for clip-higher)."""
+    dual_clip: Optional[float] = None
+    """Dual-clip bound c (> 1) on negative advantages; null disables."""
+    gamma: float = 1.0
+    """Discount across turns / tokens."""
+    lambd: float = 1.0
+    """GAE lambda."""
+    reward_norm: RewardNormConfig = field(default_factory=RewardNormConfig)
+    """Reward normalisation."""
+    reward_clip: Optional[float] = None
+    """Clip rewards to [-x, x]."""
+    advantage_clip: Optional[float] = None
+    """Clip advantages to [-x, x]."""
+    whiten_advantages: bool = False
+    """Whiten advantages over the batch (masked mean/std)."""
+    use_kl_loss: bool = False
+    """Add KL to the reference policy as a loss term."""
+    kl_loss_coef: float = 0.0
+    """Weight of the KL loss term."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator for the loss term or the reward penalty."""
+    use_kl_in_reward: bool = False
+    """Subtract a KL penalty from the reward (REINFORCE++ / classic PPO)."""
+    init_kl_coef: float = 0.0
+    """KL-in-reward coefficient (initial value when adaptive)."""
+    kl_target: Optional[float] = None
+    """Adaptive KL controller target; null keeps the coefficient fixed."""
+    kl_horizon: int = 10000
+    """Adaptive KL controller horizon."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight."""
+    value_clip: Optional[float] = 0.2
+    """Value-loss clipping range; null disables."""
+    value_loss_coef: float = 1.0
+    """Weight of the value loss."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    recompute_old_logprobs: bool = True
+    """Recompute old logprobs with the trainer; false uses the inference logprobs."""
+    tis_cap: Optional[float] = None
+    """Truncated importance sampling cap against inference logprobs; null disables."""
+    mask_overlong: bool = False
+    """Drop samples that hit the length or turn limit from the loss."""
+    difficulty_mask_low: Optional[float] = None
+    """Mask groups whose mean success is at or below this (too hard)."""
+    difficulty_mask_high: Optional[float] = None
+    """Mask groups whose mean success is at or above this (too easy)."""

@@ -1,0 +1,89 @@
+"""Generate docs/config.md from the schema docstrings: `python -m roll.config.docs [--check]`."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+
+from roll.config.schema import PipelineConfig
+from roll.config.validate import field_docs, type_name
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+
+
+def _default_repr(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return f"`{f.default!r}`" if f.default is not None else "`null`"
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+        if dataclasses.is_dataclass(value):
+            return "(section)"
+        return f"`{value!r}`"
+    return "**required**"
+
+
+def _sections(cls: type, prefix: str, seen: list) -> None:
+    seen.append(([prefix], cls))
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        for arg in (tp, *typing.get_args(tp)):
+            if dataclasses.is_dataclass(arg):
+                sub = f"{prefix}.{f.name}" if prefix else f.name
+                if typing.get_origin(tp) is dict:
+                    sub += ".<name>"
+                for entry in seen:
+                    if entry[1] is arg:
+                        entry[0].append(sub)
+                        break
+                else:
+                    _sections(arg, sub, seen)
+
+
+def render() -> str:
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from the schema docstrings in `roll/config/` by `python -m roll.config.docs`;",
+        "a test fails when this file is stale. Unknown keys are errors (with a suggestion), and",
+        "everything under `strategy_args.strategy_config` passes to the backend untouched.",
+        "",
+    ]
+    seen: list = []
+    _sections(PipelineConfig, "", seen)
+    for prefixes, cls in seen:
+        title = f"`{cls.__name__}`"
+        where = ", ".join(f"`{p}`" for p in prefixes if p) or "the top level of a config file"
+        lines += [f"## {title}", "", (cls.__doc__ or "").strip(), "", f"Used at: {where}.", "", "| key | type | default | description |", "|---|---|---|---|"]
+        docs = field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            desc = " ".join(docs.get(f.name, "").split()).replace("|", "\\|")
+            tp = type_name(hints[f.name]).replace("|", "\\|")
+            lines.append(f"| `{f.name}` | {tp} | {_default_repr(f).replace('|', chr(92) + '|')} | {desc} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if docs/config.md is stale")
+    parser.add_argument("--out", default=str(DOC_PATH))
+    args = parser.parse_args(argv)
+    text = render()
+    out = Path(args.out)
+    if args.check:
+        if not out.exists() or out.read_text() != text:
+            print(f"{out} is stale: run `python -m roll.config.docs`", file=sys.stderr)
+            return 1
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

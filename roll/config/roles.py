@@ -1,0 +1,96 @@
+"""Per-role worker configuration: placement, strategy (backend), training and generation."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+
+@dataclass
+class StrategyArgs:
+    """Which backend runs the role; everything under ``strategy_config`` goes to it untouched."""
+
+    strategy_name: str = "hf_infer"
+    """Registered strategy id: inference `hf_infer`, `vllm`, `sglang`; training `torch_train`
+    (alias `ddp`/`fsdp2` by `strategy_config.parallel`), `deepspeed`, `megatron`. See `roll list strategies`."""
+    strategy_config: dict[str, Any] = field(default_factory=dict)
+    """Backend options passed through unvalidated (e.g. any vLLM engine argument, a DeepSpeed config)."""
+
+
+@dataclass
+class TrainingArgs:
+    """Optimizer and batching for a training role."""
+
+    lr: float = 1e-6
+    """Peak learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas."""
+    adam_eps: float = 1e-8
+    """AdamW epsilon."""
+    per_device_train_batch_size: int = 1
+    """Micro-batch size (samples) per data-parallel rank for one forward/backward."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches accumulated per optimizer step on each rank."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm; 0 disables clipping."""
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after warmup."""
+    warmup_steps: int = 0
+    """Linear warmup optimizer steps."""
+    num_training_steps: Optional[int] = None
+    """Total optimizer steps for decaying schedules (null: derived from the pipeline's max_steps)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+
+
+@dataclass
+class GeneratingArgs:
+    """Sampling parameters for an inference role."""
+
+    max_new_tokens: int = 128
+    """Maximum tokens generated per request (one turn in agentic rollouts)."""
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = -1
+    """Top-k sampling; -1 disables it."""
+    num_return_sequences: int = 1
+    """Responses per prompt (RLVR group size)."""
+    stop_strings: list[str] = field(default_factory=list)
+    """Generation stops after any of these strings (kept in the output)."""
+    do_sample: bool = True
+    """Sample (true) or greedy decode (false)."""
+
+
+@dataclass
+class WorkerConfig:
+    """One role (actor_train, actor_infer, reference, critic, ...): where it runs and how."""
+
+    model_name_or_path: Optional[str] = None
+    """Model directory or hub id; null inherits the pipeline's `pretrain`. `roll-tiny://tiny` and
+    `roll-tiny://small` build (once, cached) the local tiny model and load it from disk."""
+    device_mapping: Optional[Union[str, list[int]]] = None
+    """GPU ranks of the pool this role uses: a list, or a range string like "0-7" or "0-3,8-11".
+    Overlapping mappings colocate roles; disjoint ones run them concurrently. Null: CPU-only workers."""
+    num_gpus_per_worker: int = 1
+    """Devices each worker (Ray actor) of this role holds; the mapping is split into groups of this size."""
+    world_size: Optional[int] = None
+    """Number of workers when the role runs on CPU slots without a device_mapping."""
+    num_cpus_per_worker: float = 1.0
+    """CPUs reserved per worker on Ray."""
+    strategy_args: StrategyArgs = field(default_factory=StrategyArgs)
+    """Backend selection and passthrough options."""
+    training_args: TrainingArgs = field(default_factory=TrainingArgs)
+    """Optimizer and batching (training roles)."""
+    generating_args: GeneratingArgs = field(default_factory=GeneratingArgs)
+    """Sampling parameters (inference roles)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter and compute dtype."""
+    infer_batch_size: int = 8
+    """Micro-batch size for forward-only passes (logprobs, values)."""
+    max_concurrency: int = 64
+    """Concurrent requests a worker accepts (inference) before the router queues them."""
+    call_timeout_s: float = 600.0
+    """A call to this role that takes longer fails with an error naming role and rank."""

@@ -1,0 +1,78 @@
+"""Environments, environment managers and the rollout scheduler."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+DEFAULT_TURN_TEMPLATE = "Turn {turn_idx}:\n{observation}\nActions left: {actions_left}. Reply in the format <answer>...</answer>."
+
+
+@dataclass
+class EnvConfig:
+    """One environment tag: a registered gymnasium id plus how episodes are run on it."""
+
+    env_id: str
+    """gymnasium id, e.g. roll/Sokoban-v0 or a user's own registered id."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to gymnasium.make (override the registered defaults)."""
+    max_turns: int = 10
+    """Turns per episode before truncation."""
+    system_prompt: str = "You are a helpful agent that solves the task step by step."
+    """System message of every episode."""
+    turn_template: str = DEFAULT_TURN_TEMPLATE
+    """How each observation is rendered into a user turn: {turn_idx}, {observation}, {actions_left},
+    {reward}, {max_turns}."""
+    step_timeout_s: float = 30.0
+    """An env.step (or reset) slower than this ends the episode as an infrastructure failure."""
+    max_env_steps_per_turn: int = 1
+    """Not used by text envs that take several actions per turn inside step(); kept for symmetry."""
+
+
+@dataclass
+class EnvManagerConfig:
+    """How many episodes of which tags run, and how they are grouped."""
+
+    tags: list[str] = field(default_factory=list)
+    """Env tags (keys of custom_envs) this manager runs."""
+    num_groups_partition: list[int] = field(default_factory=list)
+    """Groups per tag in each batch (same length as tags); empty splits evenly."""
+    group_size: int = 8
+    """Episodes per group: same env seed, different samples (GRPO-style baselines)."""
+    num_env_workers: int = 1
+    """Ray actors hosting env managers."""
+    max_concurrent_episodes: int = 64
+    """Episodes run at once across all env workers."""
+    mode: Literal["trajectory", "step"] = "trajectory"
+    """trajectory: one training sample per episode; step: one sample per turn (step-level advantages)."""
+    history_window: int = 4
+    """Step mode: previous turns kept in each per-turn sample's context."""
+    max_context_tokens: int = 2048
+    """An episode whose context would exceed this is truncated."""
+    redundancy: float = 0.0
+    """Extra share of groups started; the first to finish are kept."""
+    group_filter: Optional[str] = None
+    """Registered group filter id (e.g. drop zero-variance groups); null keeps every group."""
+    group_filter_args: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the group filter."""
+    max_group_refills: int = 8
+    """Refills per batch for filtered or failed groups before the batch is returned short."""
+    seed_offset: int = 0
+    """Env seeds of this manager start here (keep validation seeds disjoint from training)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Scheduling of rollouts relative to training."""
+
+    mode: Literal["sync", "async"] = "async"
+    """sync: lockstep batches, every episode advances turn by turn together (baseline);
+    async: per-sample scheduling, overlapping training up to async_generation_ratio."""
+    async_generation_ratio: float = 0.0
+    """Rollouts for step k may start while step k-1 trains; no sample is older than this many versions."""
+    on_weight_update: Literal["partial", "discard", "wait"] = "partial"
+    """In-flight generation at a weight update: partial (suspend and resume under the new weights),
+    discard (restart the episode), wait (finish under the old weights)."""
+    get_batch_timeout_s: float = 1800.0
+    """get_batch fails loudly when a batch cannot be filled within this time."""
+    max_inflight_per_worker: int = 64
+    """Router bound on outstanding requests per inference worker."""

@@ -1,0 +1,171 @@
+"""The pipeline config: every section of a run, with one docstring per field.
+
+`docs/config.md` is generated from these docstrings (`python -m roll.config.docs`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+from roll.config.algorithm import AlgorithmConfig, RewardNormConfig
+from roll.config.roles import GeneratingArgs, StrategyArgs, TrainingArgs, WorkerConfig
+from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
+
+__all__ = [
+    "AlgorithmConfig", "RewardNormConfig", "GeneratingArgs", "StrategyArgs", "TrainingArgs",
+    "WorkerConfig", "EnvConfig", "EnvManagerConfig", "RolloutConfig", "RayConfig",
+    "ResourcesConfig", "TrackingConfig", "RewardConfig", "DataConfig", "PipelineConfig",
+]
+
+
+@dataclass
+class RayConfig:
+    """Which Ray cluster to use."""
+
+    address: Optional[str] = None
+    """null starts a local cluster; "auto" joins a running one (`ray start --head`); or "ray://host:port"."""
+    num_cpus: Optional[int] = None
+    """CPUs of a local cluster (null: all of this machine)."""
+    namespace: str = "roll"
+    """Ray namespace for the run's actors."""
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    """Ray runtime_env passed to ray.init (env_vars, working_dir, ...)."""
+
+
+@dataclass
+class ResourcesConfig:
+    """The device pool that roles' device_mappings index into."""
+
+    device: Literal["auto", "gpu", "cpu"] = "auto"
+    """auto: GPUs when the cluster has them, else the same ranks map onto CPU slots (a GPU YAML
+    runs unchanged at tiny scale); gpu: require GPUs; cpu: always CPU slots."""
+    num_devices: Optional[int] = None
+    """Pool size; null reads it from the Ray cluster (GPUs, or CPU slots on device=cpu/auto without GPUs)."""
+    cpus_per_device_slot: float = 0.0
+    """On CPU, Ray CPUs reserved by each device slot (0 lets tiny runs oversubscribe a laptop)."""
+
+
+@dataclass
+class TrackingConfig:
+    """Where metrics go."""
+
+    track_with: list[str] = field(default_factory=lambda: ["stdout", "jsonl"])
+    """Any of stdout, jsonl, tensorboard, wandb, swanlab."""
+    project: str = "roll"
+    """Project name for wandb / swanlab."""
+    log_dir: Optional[str] = None
+    """Directory for jsonl and tensorboard files (null: <output_dir>/logs)."""
+    tracker_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed to the tracker backends (e.g. wandb entity, tags)."""
+    dump_trajectories: int = 4
+    """Trajectories written as text samples per step (0 disables)."""
+
+
+@dataclass
+class RewardConfig:
+    """One reward domain (RLVR) or extra reward function (agentic)."""
+
+    reward_fn: str
+    """Registered reward function id (`roll list rewards`)."""
+    tags: list[str] = field(default_factory=list)
+    """Sample tags / domains routed to this reward."""
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the reward function."""
+    world_size: int = 1
+    """Reward worker actors for this domain."""
+    timeout_s: float = 60.0
+    """A sample whose reward takes longer is marked failed and counted."""
+    judge: Optional[WorkerConfig] = None
+    """For llm_judge: the judge model's inference role."""
+
+
+@dataclass
+class DataConfig:
+    """Prompt or chat data (RLVR and SFT)."""
+
+    train_files: list[str] = field(default_factory=list)
+    """jsonl or parquet files."""
+    val_files: list[str] = field(default_factory=list)
+    """Held-out files for validation."""
+    domain_interleave_probs: dict[str, float] = field(default_factory=dict)
+    """Sampling probability per domain/tag (RLVR)."""
+    max_prompt_length: int = 512
+    """Prompts longer than this (tokens) are dropped and counted."""
+    messages_key: str = "messages"
+    """Field holding chat messages."""
+    prompt_key: str = "prompt"
+    """Field holding a plain prompt (when there are no messages)."""
+    tag_key: str = "tag"
+    """Field holding the domain tag."""
+    num_epochs: int = 1
+    """Passes over the data (SFT)."""
+
+
+@dataclass
+class PipelineConfig:
+    """A whole run."""
+
+    pipeline: str = "agentic"
+    """Registered pipeline: agentic, rlvr, sft (`roll list pipelines`)."""
+    exp_name: str = "roll"
+    """Experiment name: used in output paths and tracker run names."""
+    seed: int = 42
+    """Global seed (torch, numpy, env seeds derive from it)."""
+    output_dir: str = "./output/${exp_name}"
+    """Metrics, checkpoints, trajectory samples and the resolved config go here."""
+    pretrain: str = "roll-tiny://tiny"
+    """Default model for every role (a path, a hub id, or roll-tiny://tiny|small)."""
+    max_steps: int = 10
+    """Pipeline steps (one rollout batch + training each)."""
+    rollout_batch_size: int = 16
+    """Training samples per step (episodes in trajectory mode, prompts x group in RLVR)."""
+    val_batch_size: int = 16
+    """Episodes / prompts per validation round."""
+    save_steps: int = 0
+    """Checkpoint every N steps (0: only at the end)."""
+    eval_steps: int = 0
+    """Validate every N steps (0: never during training)."""
+    logging_steps: int = 1
+    """Log metrics every N steps."""
+    resume_from_checkpoint: Union[bool, str] = False
+    """true resumes from the latest checkpoint in output_dir; a path resumes from that checkpoint."""
+    max_ckpt_to_keep: int = 3
+    """Older checkpoints are deleted (0 keeps all)."""
+    model_update_buffer_size_mb: int = 256
+    """Weight-sync bucket size."""
+    deterministic: bool = False
+    """Deterministic torch algorithms (for resume and invariance tests)."""
+    show_progress: bool = True
+    """Rich progress bars."""
+    imports: list[str] = field(default_factory=list)
+    """Python modules imported before the run, e.g. one that registers your own Gym env or reward."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Ray cluster."""
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    """Device pool."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Metrics tracking."""
+    actor_train: WorkerConfig = field(default_factory=lambda: WorkerConfig(strategy_args=StrategyArgs("torch_train")))
+    """Policy training role."""
+    actor_infer: WorkerConfig = field(default_factory=WorkerConfig)
+    """Policy inference (generation) role."""
+    reference: Optional[WorkerConfig] = None
+    """Reference policy for KL (null: no reference)."""
+    critic: Optional[WorkerConfig] = None
+    """Value model for GAE (null: critic-free estimators)."""
+    rewards: dict[str, RewardConfig] = field(default_factory=dict)
+    """Reward domains / functions by name."""
+    custom_envs: dict[str, EnvConfig] = field(default_factory=dict)
+    """Environment tags by name."""
+    train_env_manager: EnvManagerConfig = field(default_factory=EnvManagerConfig)
+    """Training rollouts."""
+    val_env_manager: Optional[EnvManagerConfig] = None
+    """Validation rollouts (null: no validation)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Rollout scheduling."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantage estimator, losses, KL."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Prompt / chat data (RLVR, SFT)."""
+    source_path: Optional[str] = None
+    """Set by the loader: the YAML file this config came from."""

