@@ -29,6 +29,7 @@ def ray_cluster():
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # always a private cluster, never one another process started
             num_cpus=8,
             include_dashboard=False,
             namespace="roll-tests",
