@@ -24,11 +24,13 @@ class AlgorithmConfig:
     adv_estimator_args: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments of the estimator."""
     policy_loss: str = "ppo_clip"
-    """Registered policy loss: ppo_clip, dual_clip, gspo, tis, pg (`roll list losses`)."""
+    """Registered policy loss: ppo_clip, dual_clip, gspo, pg (`roll list losses`); truncated IS against the inference logprobs is `tis_cap`, usable with any of them."""
     policy_loss_args: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments of the policy loss."""
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are reduced; normalisers use the whole mini-batch, not each micro-batch."""
+    loss_agg_norm_constant: Optional[float] = None
+    """Constant C of seq-mean-token-sum-norm (Dr. GRPO), e.g. the response token budget; required by that mode."""
     clip_ratio_low: float = 0.2
     """PPO lower clip: ratio >= 1 - clip_ratio_low."""
     clip_ratio_high: float = 0.2
@@ -36,35 +38,39 @@ class AlgorithmConfig:
     dual_clip: Optional[float] = None
     """Dual-clip bound c (> 1) on negative advantages; null disables."""
     gamma: float = 1.0
-    """Discount across turns / tokens."""
+    """Discount between turns (from the last model token of a turn to the first of the next); also GiGPO's step discount. With one turn only `token_gamma` matters."""
     lambd: float = 1.0
-    """GAE lambda."""
+    """GAE lambda between turns."""
+    token_gamma: float = 1.0
+    """Discount between consecutive model tokens inside one turn (gae, reinforce, reinforce_pp); 1 treats a turn as one action."""
+    token_lambd: float = 1.0
+    """GAE lambda between consecutive model tokens inside one turn (classic token-level PPO uses 0.95)."""
     reward_norm: RewardNormConfig = field(default_factory=RewardNormConfig)
-    """Reward normalisation."""
+    """Reward normalisation of episode scores (read by grpo, reinforce, gigpo; see docs/algorithms.md)."""
     reward_clip: Optional[float] = None
-    """Clip rewards to [-x, x]."""
+    """Clip each token reward (turn reward) to [-x, x] before the KL penalty and the estimator."""
     advantage_clip: Optional[float] = None
-    """Clip advantages to [-x, x]."""
+    """Clip advantages to [-x, x] (after whitening)."""
     whiten_advantages: bool = False
-    """Whiten advantages over the batch (masked mean/std)."""
+    """Whiten advantages over all model tokens of the batch (masked mean/std), after the estimator."""
     use_kl_loss: bool = False
     """Add KL to the reference policy as a loss term."""
     kl_loss_coef: float = 0.0
-    """Weight of the KL loss term."""
+    """Weight of the KL loss term (aggregated with loss_agg_mode like the policy loss)."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """KL estimator for the loss term or the reward penalty."""
+    """KL estimator (k1, k2, k3) for the loss term and the reward penalty."""
     use_kl_in_reward: bool = False
     """Subtract a KL penalty from the reward (REINFORCE++ / classic PPO)."""
     init_kl_coef: float = 0.0
     """KL-in-reward coefficient (initial value when adaptive)."""
     kl_target: Optional[float] = None
-    """Adaptive KL controller target; null keeps the coefficient fixed."""
+    """Adaptive KL controller target (mean per-sequence KL); null keeps the coefficient fixed."""
     kl_horizon: int = 10000
     """Adaptive KL controller horizon."""
     entropy_coef: float = 0.0
-    """Entropy bonus weight."""
+    """Entropy bonus weight (loss -= coef * aggregated entropy); needs the strategy to pass extra["entropy"]."""
     value_clip: Optional[float] = 0.2
-    """Value-loss clipping range; null disables."""
+    """Value-loss clipping range around the rollout-time values; null disables."""
     value_loss_coef: float = 1.0
     """Weight of the value loss."""
     ppo_epochs: int = 1
@@ -72,10 +78,10 @@ class AlgorithmConfig:
     recompute_old_logprobs: bool = True
     """Recompute old logprobs with the trainer; false uses the inference logprobs."""
     tis_cap: Optional[float] = None
-    """Truncated importance sampling cap against inference logprobs; null disables."""
+    """Truncated importance sampling: weight each token's policy loss by min(exp(old - inference logprob), cap); null disables."""
     mask_overlong: bool = False
     """Drop samples that hit the length or turn limit from the loss."""
     difficulty_mask_low: Optional[float] = None
-    """Mask groups whose mean success is at or below this (too hard)."""
+    """Mask groups whose mean success is at or below this (too hard); needs per-sample success."""
     difficulty_mask_high: Optional[float] = None
     """Mask groups whose mean success is at or above this (too easy)."""

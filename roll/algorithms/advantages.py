@@ -1,0 +1,396 @@
+"""Advantage estimators: one signature, registered by name in ``roll.registry.ADVANTAGES``.
+
+    fn(inputs: AdvantageInputs, cfg: AlgorithmConfig) -> AdvantageOutputs
+
+The pipeline calls :func:`compute_advantages` once per batch; it applies the shared pre- and
+post-processing (reward clipping, KL in the reward, whitening, advantage clipping, masking)
+around the estimator that ``cfg.adv_estimator`` names, so no worker or pipeline code ever
+branches on an algorithm name. Formulas and papers: docs/algorithms.md.
+
+Shapes (``B`` samples, ``T`` token positions aligned to ``input_ids``):
+
+- ``token_rewards`` [B, T] float: each turn's reward on the last model token of that turn
+  (an outcome-only task has one nonzero entry per row). A row without model tokens (zero-
+  length response) may carry its reward anywhere in the row: it still counts in group
+  statistics, but has no token to train.
+- ``response_mask`` [B, T] 0/1: model-produced tokens (the loss mask).
+- ``group_ids`` [B]: episodes from the same env seed / prompt share a key (ints or strings).
+- ``values`` [B, T]: critic estimates V(state before token t), aligned like log-probs (gae).
+- ``turn_ids`` [B, T] long: turn index of each model token, -1 elsewhere; derived from runs
+  of ``response_mask`` when absent.
+- ``tags`` [B]: env tag (or data domain) per sample, for ``reward_norm.group_by: tag``.
+- ``kl`` [B, T]: per-token KL to the reference (for ``use_kl_in_reward``).
+- ``state_keys``, ``episode_ids``, ``step_ids`` [B]: step-mode samples for ``gigpo`` (one
+  sample per turn; samples with equal ``(group_id, state_key)`` are the same env state).
+
+``AdvantageOutputs.advantages`` and ``.returns`` are [B, T], zero outside ``response_mask``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from roll.algorithms.masks import group_index, group_stats, masked_mean, masked_whiten, turn_ids_from_mask
+from roll.registry import ADVANTAGES
+
+STD_EPS = 1e-6
+"""Added to a standard deviation before dividing; a std at or below it means "all equal" and
+the scores are only centred (no 1/eps blow-up of float noise)."""
+
+
+@dataclass
+class AdvantageInputs:
+    """Everything an estimator may read (see the module docstring for shapes)."""
+
+    token_rewards: torch.Tensor
+    response_mask: torch.Tensor
+    group_ids: Any
+    values: Optional[torch.Tensor] = None
+    turn_ids: Optional[torch.Tensor] = None
+    tags: Optional[Sequence[str]] = None
+    kl: Optional[torch.Tensor] = None
+    state_keys: Optional[Sequence[Any]] = None
+    episode_ids: Optional[Sequence[Any]] = None
+    step_ids: Optional[Sequence[int]] = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.token_rewards.shape[0])
+
+    def validate(self) -> None:
+        """Shapes agree and rewards sit on model tokens (a bookkeeping bug otherwise)."""
+        r, m = self.token_rewards, self.response_mask
+        if r.dim() != 2 or r.shape != m.shape:
+            raise ValueError(f"token_rewards {tuple(r.shape)} and response_mask {tuple(m.shape)} must be the same [B, T]")
+        for name in ("values", "turn_ids", "kl"):
+            x = getattr(self, name)
+            if x is not None and x.shape != r.shape:
+                raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+        for name in ("group_ids", "tags", "state_keys", "episode_ids", "step_ids"):
+            x = getattr(self, name)
+            if x is not None and len(x) != self.batch_size:
+                raise ValueError(f"{name} has {len(x)} entries, expected batch size {self.batch_size}")
+        has_tokens = m.bool().any(-1, keepdim=True)
+        stray = (r != 0) & ~m.bool() & has_tokens
+        if stray.any():
+            row = int(stray.any(-1).nonzero()[0])
+            raise ValueError(
+                f"token_rewards has nonzero entries outside response_mask (first in row {row}); "
+                f"put each turn's reward on the last model token of that turn"
+            )
+        if not torch.isfinite(r).all():
+            raise ValueError("token_rewards contains NaN or inf")
+
+
+@dataclass
+class AdvantageOutputs:
+    """``advantages`` [B, T] for the policy loss, ``returns`` [B, T] (critic targets for gae;
+    the undiscounted/discounted returns elsewhere), ``metrics`` for the tracker."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+# ---- shared pieces -------------------------------------------------------------------------
+def estimator_args(cfg: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """``cfg.adv_estimator_args`` merged over an estimator's ``defaults``; an unknown key is
+    an error naming the closest valid one."""
+    given = dict(cfg.adv_estimator_args or {})
+    for key in given:
+        if key not in defaults:
+            close = difflib.get_close_matches(key, defaults, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"algorithm.adv_estimator_args.{key} is not an argument of {cfg.adv_estimator!r}{hint} "
+                f"(valid: {', '.join(sorted(defaults)) or 'none'})"
+            )
+    return {**defaults, **given}
+
+
+def sequence_scores(inputs: AdvantageInputs) -> torch.Tensor:
+    """[B] episode score: the sum of a row's rewards (every turn's reward)."""
+    return inputs.token_rewards.sum(-1)
+
+
+def norm_keys(inputs: AdvantageInputs, group_by: str) -> Sequence[Any]:
+    """Per-sample keys that define the statistics groups of ``reward_norm.group_by``."""
+    if group_by == "group":
+        return inputs.group_ids
+    if group_by == "batch":
+        return [0] * inputs.batch_size
+    if group_by == "tag":
+        if inputs.tags is None:
+            raise ValueError("reward_norm.group_by is 'tag' but the batch carries no env tags")
+        return inputs.tags
+    raise ValueError(f"unknown reward_norm.group_by {group_by!r}; choose group, batch or tag")
+
+
+def score_baseline(scores: torch.Tensor, keys: Sequence[Any], method: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample ``(baseline [B], scale [B])`` so that the normalised score is
+    ``(x - baseline) * scale``.
+
+    ``mean_std``: group mean and 1/(unbiased std + eps) (scale 1 when std <= eps: all
+    equal); ``mean``: group mean, scale 1; ``none``: 0 and 1. A group of one has baseline equal
+    to its own score, so its normalised score is 0: there is nothing to compare against.
+    """
+    if method == "none":
+        return torch.zeros_like(scores), torch.ones_like(scores)
+    inverse, n = group_index(keys)
+    mean, std, _ = group_stats(scores, inverse, n)
+    inverse = inverse.to(scores.device)
+    baseline = mean[inverse]
+    if method == "mean":
+        return baseline, torch.ones_like(scores)
+    if method == "mean_std":
+        s = std[inverse]
+        return baseline, torch.where(s > STD_EPS, 1.0 / (s + STD_EPS), torch.ones_like(s))
+    raise ValueError(f"unknown reward_norm.method {method!r}; choose mean_std, mean or none")
+
+
+def _turns(inputs: AdvantageInputs) -> torch.Tensor:
+    return inputs.turn_ids if inputs.turn_ids is not None else turn_ids_from_mask(inputs.response_mask)
+
+
+def _link_discounts(turn: torch.Tensor, next_turn: torch.Tensor, across: float, within: float) -> torch.Tensor:
+    """Discount between a model token and the next model token of its row: ``within`` inside
+    one turn, ``across`` over a turn boundary, 0 at the end of the trajectory."""
+    w = torch.tensor(within, dtype=torch.float64, device=turn.device)
+    a = torch.tensor(across, dtype=torch.float64, device=turn.device)
+    d = torch.where(turn == next_turn, w, a)
+    return torch.where(next_turn >= 0, d, torch.zeros_like(d))
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.Tensor, gamma: float, token_gamma: float) -> torch.Tensor:
+    """[B, T] reward-to-go over model tokens only (observation tokens are skipped, they are
+    part of the env transition): ``G_t = r_t + g_t * G_next`` with ``g_t = gamma`` across a
+    turn boundary and ``token_gamma`` inside a turn. Zero outside ``mask``."""
+    m = mask.bool()
+    out = torch.zeros_like(rewards)
+    nxt = torch.zeros_like(rewards[:, 0])
+    next_turn = torch.full_like(turn_ids[:, 0], -1)
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        mt = m[:, t]
+        g = _link_discounts(turn_ids[:, t], next_turn, gamma, token_gamma).to(rewards.dtype)
+        ret = rewards[:, t] + g * nxt
+        out[:, t] = torch.where(mt, ret, torch.zeros_like(ret))
+        nxt = torch.where(mt, ret, nxt)
+        next_turn = torch.where(mt, turn_ids[:, t], next_turn)
+    return out
+
+
+def _broadcast(per_sample: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return per_sample[:, None] * mask.to(per_sample.dtype)
+
+
+def _summary(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    m = mask.bool()
+    if not m.any():
+        return {f"{prefix}_mean": 0.0}
+    sel = x[m]
+    return {f"{prefix}_mean": float(sel.mean()), f"{prefix}_max": float(sel.max()), f"{prefix}_min": float(sel.min())}
+
+
+# ---- estimators ----------------------------------------------------------------------------
+@ADVANTAGES.register("gae")
+def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """Generalised advantage estimation with a critic, over model tokens only, multi-turn aware.
+
+    ``delta_t = r_t + g_t V_next - V_t``, ``A_t = delta_t + g_t l_t A_next``, returns
+    ``A + V``; ``(g, l) = (gamma, lambd)`` across turns and ``(token_gamma, token_lambd)``
+    inside a turn; the last model token is terminal (V_next = 0).
+    """
+    estimator_args(cfg, {})
+    if inputs.values is None:
+        raise ValueError("adv_estimator 'gae' needs critic values: add a critic role or choose grpo/rloo/reinforce")
+    r, v, m = inputs.token_rewards, inputs.values.to(inputs.token_rewards.dtype), inputs.response_mask.bool()
+    turn = _turns(inputs)
+    adv = torch.zeros_like(r)
+    next_v = torch.zeros_like(r[:, 0])
+    next_a = torch.zeros_like(r[:, 0])
+    next_turn = torch.full_like(turn[:, 0], -1)
+    for t in range(r.shape[1] - 1, -1, -1):
+        mt = m[:, t]
+        g = _link_discounts(turn[:, t], next_turn, cfg.gamma, cfg.token_gamma).to(r.dtype)
+        lam = _link_discounts(turn[:, t], next_turn, cfg.lambd, cfg.token_lambd).to(r.dtype)
+        delta = r[:, t] + g * next_v - v[:, t]
+        a = delta + g * lam * next_a
+        adv[:, t] = torch.where(mt, a, torch.zeros_like(a))
+        next_v = torch.where(mt, v[:, t], next_v)
+        next_a = torch.where(mt, a, next_a)
+        next_turn = torch.where(mt, turn[:, t], next_turn)
+    returns = (adv + v) * m.to(r.dtype)
+    return AdvantageOutputs(adv, returns, _summary("reward/values", v, m))
+
+
+@ADVANTAGES.register("grpo")
+def grpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """GRPO: the episode score normalised within its group (``reward_norm``: mean_std is GRPO,
+    mean is Dr. GRPO), the same advantage on every model token of the sample."""
+    estimator_args(cfg, {})
+    scores = sequence_scores(inputs)
+    base, scale = score_baseline(scores, norm_keys(inputs, cfg.reward_norm.group_by), cfg.reward_norm.method)
+    adv = _broadcast((scores - base) * scale, inputs.response_mask)
+    return AdvantageOutputs(adv, _broadcast(scores, inputs.response_mask))
+
+
+@ADVANTAGES.register("rloo")
+def rloo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """RLOO: score minus the mean score of the OTHER samples of its group,
+    ``A_i = n/(n-1) (x_i - mean)``; a group of one gets 0 (no other sample to compare)."""
+    estimator_args(cfg, {})
+    scores = sequence_scores(inputs)
+    inverse, n = group_index(inputs.group_ids)
+    mean, _, count = group_stats(scores, inverse, n)
+    inverse = inverse.to(scores.device)
+    c = count[inverse]
+    adv = torch.where(c > 1, (scores - mean[inverse]) * c / (c - 1.0).clamp(min=1.0), torch.zeros_like(scores))
+    return AdvantageOutputs(_broadcast(adv, inputs.response_mask), _broadcast(scores, inputs.response_mask))
+
+
+@ADVANTAGES.register("reinforce")
+def reinforce(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """REINFORCE with a group baseline; on trajectory samples this is StarPO.
+
+    Reward-to-go ``G_t`` (``gamma`` across turns, ``token_gamma`` inside one), normalised with
+    the ``reward_norm`` statistics of the samples' full returns ``G_0``:
+    ``A_t = (G_t - mean_g) * scale_g``. With gamma = 1 and outcome rewards it equals grpo.
+    """
+    estimator_args(cfg, {})
+    m = inputs.response_mask
+    returns = discounted_returns(inputs.token_rewards * m.to(inputs.token_rewards.dtype), m, _turns(inputs), cfg.gamma, cfg.token_gamma)
+    g0 = _first_model_value(returns, m, fallback=sequence_scores(inputs))
+    base, scale = score_baseline(g0, norm_keys(inputs, cfg.reward_norm.group_by), cfg.reward_norm.method)
+    adv = (returns - base[:, None]) * scale[:, None] * m.to(returns.dtype)
+    return AdvantageOutputs(adv, returns)
+
+
+@ADVANTAGES.register("reinforce_pp")
+def reinforce_pp(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """REINFORCE++: token-level reward-to-go (KL penalty per token when ``use_kl_in_reward``)
+    whitened over all model tokens of the batch. ``group_baseline: true`` first subtracts the
+    group mean of ``G_0`` (REINFORCE++-baseline)."""
+    args = estimator_args(cfg, {"group_baseline": False})
+    m = inputs.response_mask
+    returns = discounted_returns(inputs.token_rewards * m.to(inputs.token_rewards.dtype), m, _turns(inputs), cfg.gamma, cfg.token_gamma)
+    centred = returns
+    if args["group_baseline"]:
+        g0 = _first_model_value(returns, m, fallback=sequence_scores(inputs))
+        base, _ = score_baseline(g0, inputs.group_ids, "mean")
+        centred = (returns - base[:, None]) * m.to(returns.dtype)
+    adv = masked_whiten(centred, m)
+    return AdvantageOutputs(adv, returns)
+
+
+@ADVANTAGES.register("gigpo")
+def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """GiGPO on step-mode samples: episode-level group advantage plus ``step_weight`` times a
+    step-level advantage over steps (of the same group) that saw an identical state.
+
+    ``A^E``: episode return (sum of its steps' rewards) normalised over episodes with
+    ``reward_norm``; ``A^S``: discounted return from the step (``gamma``) normalised within
+    its anchor group ``(group_id, state_key)`` with ``reward_norm.method``.
+    """
+    args = estimator_args(cfg, {"step_weight": 1.0})
+    for name in ("state_keys", "episode_ids", "step_ids"):
+        if getattr(inputs, name) is None:
+            raise ValueError(f"adv_estimator 'gigpo' needs step-mode samples with {name} (rollout step mode)")
+    B = inputs.batch_size
+    step_reward = sequence_scores(inputs)
+    dtype, device = step_reward.dtype, step_reward.device
+    ep_inv, n_ep = group_index(inputs.episode_ids)
+    ep_inv_l = ep_inv.tolist()
+    step_ids = [int(s) for s in inputs.step_ids]
+
+    # Episode-level: one entry per episode (not per step sample, which would weight long
+    # episodes more), its group key and its tag taken from its first sample.
+    ep_return = torch.zeros(n_ep, dtype=dtype, device=device).index_add_(0, ep_inv.to(device), step_reward)
+    keys = norm_keys(inputs, cfg.reward_norm.group_by)
+    ep_key: list[Any] = [None] * n_ep
+    for i, e in enumerate(ep_inv_l):
+        k = keys[i].item() if isinstance(keys[i], torch.Tensor) else keys[i]
+        if ep_key[e] is None:
+            ep_key[e] = k
+        elif ep_key[e] != k:
+            raise ValueError(f"episode {inputs.episode_ids[i]!r} has samples in different groups ({ep_key[e]!r}, {k!r})")
+    base, scale = score_baseline(ep_return, ep_key, cfg.reward_norm.method)
+    a_episode = ((ep_return - base) * scale)[ep_inv.to(device)]
+
+    # Step-level: discounted return from each step to the end of its episode.
+    by_episode: dict[int, list[int]] = {}
+    for i, e in enumerate(ep_inv_l):
+        by_episode.setdefault(e, []).append(i)
+    step_return = torch.zeros(B, dtype=dtype, device=device)
+    for e, rows in by_episode.items():
+        rows.sort(key=lambda i: step_ids[i])
+        seen = [step_ids[i] for i in rows]
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"episode {inputs.episode_ids[rows[0]]!r} has duplicate step_ids {seen}")
+        acc = torch.zeros((), dtype=dtype, device=device)
+        for i in reversed(rows):
+            acc = step_reward[i] + cfg.gamma * acc
+            step_return[i] = acc
+    gid = inputs.group_ids.tolist() if isinstance(inputs.group_ids, torch.Tensor) else list(inputs.group_ids)
+    anchors = [(gid[i], inputs.state_keys[i]) for i in range(B)]
+    s_base, s_scale = score_baseline(step_return, anchors, cfg.reward_norm.method)
+    a_step = (step_return - s_base) * s_scale
+    adv = _broadcast(a_episode + args["step_weight"] * a_step, inputs.response_mask)
+    _, n_anchor = group_index(anchors)
+    metrics = {"reward/gigpo_anchor_groups": float(n_anchor), "reward/gigpo_steps": float(B)}
+    return AdvantageOutputs(adv, _broadcast(step_return, inputs.response_mask), metrics)
+
+
+def _first_model_value(x: torch.Tensor, mask: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """[B] value of ``x`` at each row's first model token; ``fallback`` for rows without one."""
+    m = mask.bool()
+    first = m.long().argmax(-1)
+    val = x.gather(1, first[:, None]).squeeze(1)
+    return torch.where(m.any(-1), val, fallback)
+
+
+# ---- the pipeline's entry point ------------------------------------------------------------
+def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[float] = None) -> AdvantageOutputs:
+    """Rewards -> advantages for one batch, as ``cfg`` (an AlgorithmConfig) says.
+
+    1. clip token rewards to ``[-reward_clip, reward_clip]``;
+    2. ``use_kl_in_reward``: ``r_t -= kl_coef * kl_t`` on model tokens (``kl_coef`` from the
+       pipeline's KL controller, default ``init_kl_coef``);
+    3. the registered estimator ``cfg.adv_estimator``;
+    4. ``whiten_advantages``: masked whitening over the batch; then ``advantage_clip``;
+    5. zero outside ``response_mask``; a non-finite advantage is an error, not a silent NaN.
+    """
+    inputs.validate()
+    fn = ADVANTAGES.get(cfg.adv_estimator)
+    m = inputs.response_mask
+    mf = m.to(inputs.token_rewards.dtype)
+    rewards = inputs.token_rewards
+    metrics: dict[str, float] = {"reward/score_mean": float(sequence_scores(inputs).mean()) if inputs.batch_size else 0.0}
+    if cfg.reward_clip is not None:
+        clipped = rewards.clamp(-cfg.reward_clip, cfg.reward_clip)
+        metrics["reward/clipped_tokens"] = float((clipped != rewards).sum())
+        rewards = clipped
+    if cfg.use_kl_in_reward:
+        if inputs.kl is None:
+            raise ValueError("algorithm.use_kl_in_reward is set but the batch has no per-token kl (needs a reference role)")
+        coef = cfg.init_kl_coef if kl_coef is None else kl_coef
+        rewards = rewards - coef * inputs.kl.to(rewards.dtype) * mf
+        metrics["reward/kl_coef"] = float(coef)
+        metrics["reward/kl_mean"] = float(masked_mean(inputs.kl.to(rewards.dtype), m))
+    out = fn(dataclasses.replace(inputs, token_rewards=rewards), cfg)
+    adv = out.advantages
+    if cfg.whiten_advantages:
+        adv = masked_whiten(adv, m)
+    if cfg.advantage_clip is not None:
+        adv = adv.clamp(-cfg.advantage_clip, cfg.advantage_clip)
+    adv = adv * mf
+    returns = out.returns * mf
+    if not (torch.isfinite(adv).all() and torch.isfinite(returns).all()):
+        raise FloatingPointError(f"advantage estimator {cfg.adv_estimator!r} produced NaN/inf")
+    metrics.update(out.metrics)
+    metrics.update(_summary("reward/advantages", adv, m))
+    metrics.update(_summary("reward/returns", returns, m))
+    return AdvantageOutputs(adv, returns, metrics)
