@@ -2,17 +2,24 @@
 
 Model text looks like ``<think>...</think><answer>Up, Left</answer>``. The parser pulls the
 answer out, splits it into actions, matches them case-insensitively against the env's action
-words, and reports what was wrong. It never raises, whatever the input.
+words, and reports what was wrong. It never raises, whatever the input, and its running time is
+linear in the length of the text (no backtracking regex over model text).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-_THINK_RE = re.compile(r"^\s*<think>(.*?)</think>", re.IGNORECASE | re.DOTALL)
-_SPLIT_RE = re.compile(r"\s*(?:,|;|\n|\|\||\band then\b|\bthen\b)\s*", re.IGNORECASE)
+# Tags are found with a token scan rather than one `<answer>(.*?)</answer>` search: that regex is
+# quadratic on text with many unclosed `<answer>` tags, and model text is adversarial by nature.
+_ANSWER_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
+_THINK_OPEN_RE = re.compile(r"\s*<think>", re.IGNORECASE)
+_THINK_CLOSE_RE = re.compile(r"</think>", re.IGNORECASE)
+# Separators between several actions in one answer. No `\s*` around them (that backtracks on
+# long whitespace runs); parts are stripped afterwards instead.
+_SPLIT_RE = re.compile(r",|;|\n|\|\||\band then\b|\bthen\b", re.IGNORECASE)
+_PUNCT = ".!\"'`*"
 
 
 @dataclass
@@ -49,40 +56,117 @@ class ParsedAction:
     """Why the text was invalid (empty when valid)."""
 
 
+def _as_text(text: object) -> tuple[Optional[str], str]:
+    if isinstance(text, str):
+        return text, ""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", errors="replace"), ""
+    try:
+        return str(text), ""
+    except Exception as e:  # any object may reach an env from user code; report, never raise
+        return None, f"action is not text ({type(text).__name__}: {e})"
+
+
+def _last_answer(text: str) -> tuple[Optional[str], bool]:
+    """Content of the last ``<answer>...</answer>`` pair and whether that pair had nested tags.
+
+    Pairs are matched left to right like a non-greedy regex: an opening tag starts a pair,
+    further opening tags inside it are content (and mark it as nested), the next closing tag
+    ends it, and stray closing tags outside a pair are ignored.
+    """
+    start = -1
+    nested = False
+    last: Optional[str] = None
+    last_nested = False
+    for m in _ANSWER_TAG_RE.finditer(text):
+        if m.group(1):  # closing tag
+            if start >= 0:
+                last, last_nested = text[start : m.start()], nested
+                start, nested = -1, False
+        elif start < 0:
+            start = m.end()
+        else:
+            nested = True
+    return last, last_nested
+
+
 def extract_answer(text: object, config: ParserConfig | None = None) -> ParsedAction:
     """Find the think and answer parts of ``text`` without interpreting the answer."""
     config = config or ParserConfig()
-    if not isinstance(text, str):
-        try:
-            text = str(text)
-        except Exception as e:  # any object may reach an env from user code
-            return ParsedAction(error=f"action is not text ({type(text).__name__}: {e})")
+    text, err = _as_text(text)
+    if text is None:
+        return ParsedAction(error=err)
     text = text[: config.max_text_chars]
     think = None
-    m = _THINK_RE.match(text)
+    body_start = 0
+    m = _THINK_OPEN_RE.match(text)
     if m:
-        think = m.group(1).strip()
-        if not config.allow_think:
-            return ParsedAction(think=think, error="a <think> block is not allowed")
-    elif config.require_think:
+        close = _THINK_CLOSE_RE.search(text, m.end())
+        if close:
+            think = text[m.end() : close.start()].strip()
+            body_start = close.end()
+    if think is not None and not config.allow_think:
+        return ParsedAction(think=think, error="a <think> block is not allowed")
+    if think is None and config.require_think:
         return ParsedAction(error="missing <think>...</think>")
-    answers = _ANSWER_RE.findall(text)
-    if answers:
-        answer = answers[-1].strip()
-        if "<answer>" in answer.lower():
+    answer, nested = _last_answer(text)
+    if answer is not None:
+        if nested:
             return ParsedAction(think=think, error="nested <answer> tags")
+        answer = answer.strip()
     elif config.require_answer_tag:
         return ParsedAction(think=think, error="missing <answer>...</answer>")
     else:
-        answer = _THINK_RE.sub("", text).strip()
+        answer = text[body_start:].strip()
     if not answer:
         return ParsedAction(think=think, answer=answer, error="empty answer")
     return ParsedAction(think=think, answer=answer, valid=True)
 
 
+def _normalise_words(action_words: Sequence[str] | Mapping[str, object]) -> dict[str, object]:
+    if isinstance(action_words, Mapping):
+        return {str(k).strip().lower(): v for k, v in action_words.items()}
+    return {str(w).strip().lower(): w for w in action_words}
+
+
+class ActionParser:
+    """``parse_actions`` with the action-word lookup built once (envs call it every step)."""
+
+    def __init__(self, action_words: Sequence[str] | Mapping[str, object], config: ParserConfig | None = None):
+        self.config = config or ParserConfig()
+        self.lookup = _normalise_words(action_words)
+
+    def __call__(self, text: object) -> ParsedAction:
+        config = self.config
+        parsed = extract_answer(text, config)
+        if not parsed.valid:
+            return parsed
+        parts = [p for p in (s.strip() for s in _SPLIT_RE.split(parsed.answer or "")) if p]
+        if not parts:
+            parsed.valid = False
+            parsed.error = "empty answer"
+            return parsed
+        if len(parts) > config.max_actions_per_turn:
+            parsed.valid = False
+            parsed.error = f"{len(parts)} actions given, at most {config.max_actions_per_turn} allowed"
+            return parsed
+        actions = []
+        lookup = self.lookup
+        for part in parts:
+            key = part.strip(_PUNCT).strip().lower()
+            action = lookup.get(key)
+            if action is None:
+                parsed.valid = False
+                parsed.error = f"unknown action {part[:40]!r}"
+                return parsed
+            actions.append(action)
+        parsed.actions = actions
+        return parsed
+
+
 def parse_actions(
     text: object,
-    action_words: Sequence[str] | dict[str, object],
+    action_words: Sequence[str] | Mapping[str, object],
     config: ParserConfig | None = None,
 ) -> ParsedAction:
     """Parse ``text`` into canonical action words.
@@ -90,30 +174,4 @@ def parse_actions(
     ``action_words`` is a sequence of canonical words, or a mapping from each accepted
     spelling (any case) to the canonical action (e.g. ``{"up": "Up", "1": "Up"}``).
     """
-    config = config or ParserConfig()
-    parsed = extract_answer(text, config)
-    if not parsed.valid:
-        return parsed
-    if isinstance(action_words, dict):
-        lookup = {str(k).strip().lower(): v for k, v in action_words.items()}
-    else:
-        lookup = {w.lower(): w for w in action_words}
-    parts = [p for p in _SPLIT_RE.split(parsed.answer or "") if p.strip()]
-    if not parts:
-        parsed.valid = False
-        parsed.error = "empty answer"
-        return parsed
-    if len(parts) > config.max_actions_per_turn:
-        parsed.valid = False
-        parsed.error = f"{len(parts)} actions given, at most {config.max_actions_per_turn} allowed"
-        return parsed
-    actions = []
-    for part in parts:
-        key = part.strip().strip(".!\"'`*").strip().lower()
-        if key not in lookup:
-            parsed.valid = False
-            parsed.error = f"unknown action {part.strip()[:40]!r}"
-            return parsed
-        actions.append(lookup[key])
-    parsed.actions = actions
-    return parsed
+    return ActionParser(action_words, config)(text)

@@ -1,0 +1,1 @@
+"""Sokoban: procedurally generated rooms (random walk + reverse play), BFS solver, text env."""

@@ -1,0 +1,162 @@
+"""Sokoban as a text environment: push every box onto a target.
+
+Observation: the room as rows of symbols (defaults ``#`` wall, ``_`` floor, ``O`` target,
+``X`` box, ``√`` box on target, ``P`` player, ``S`` player on target). Actions: ``Up``,
+``Down``, ``Left``, ``Right`` inside ``<answer>...</answer>``. Rewards: ``step_penalty`` per
+move, +1 when a box reaches a target, -1 when one leaves, +10 when solved; unparseable text
+gets the format penalty and is a no-op step.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from roll.envs.base import TextEnv, grid_text_space
+from roll.envs.parsing import ParserConfig
+from roll.envs.sokoban.generator import generate_room
+from roll.envs.sokoban.room import ACTIONS, Layout, check_symbols, parse_level
+from roll.envs.sokoban.solver import solve
+
+_ACTION_INDEX = {a: i for i, a in enumerate(ACTIONS)}
+
+
+class SokobanEnv(TextEnv):
+    """Procedurally generated Sokoban; every room is solvable within ``max_steps``."""
+
+    action_words = ACTIONS
+
+    def __init__(
+        self,
+        width: int = 6,
+        height: int = 6,
+        num_boxes: int = 1,
+        max_steps: int = 100,
+        search_depth: int = 100,
+        min_solution_length: int = 1,
+        walk_steps: Optional[int] = None,
+        symbols: Optional[Mapping[str, str]] = None,
+        step_penalty: float = -0.1,
+        box_on_target_reward: float = 1.0,
+        box_off_target_penalty: float = -1.0,
+        solved_reward: float = 10.0,
+        max_actions_per_turn: Optional[int] = None,
+        format_penalty: Optional[float] = None,
+        parser: ParserConfig | Mapping[str, Any] | None = None,
+        render_mode: Optional[str] = None,
+    ):
+        super().__init__(
+            max_steps=max_steps,
+            parser=parser,
+            max_actions_per_turn=max_actions_per_turn,
+            format_penalty=format_penalty,
+            render_mode=render_mode,
+        )
+        self.symbols = check_symbols(symbols)
+        self.gen_kwargs = dict(
+            width=int(width),
+            height=int(height),
+            num_boxes=int(num_boxes),
+            max_steps=self.max_steps,
+            search_depth=int(search_depth),
+            min_solution_length=int(min_solution_length),
+            walk_steps=walk_steps,
+        )
+        # Fail at construction, not at the first reset, on impossible parameters.
+        if min_solution_length > min(search_depth, max_steps) or min_solution_length < 1:
+            raise ValueError(
+                f"min_solution_length={min_solution_length} must be in [1, min(search_depth, max_steps)]"
+            )
+        self.rewards = dict(
+            step=float(step_penalty),
+            on=float(box_on_target_reward),
+            off=float(box_off_target_penalty),
+            solved=float(solved_reward),
+        )
+        self.observation_space = grid_text_space("".join(self.symbols.values()))
+        self.layout: Optional[Layout] = None
+        self.player = 0
+        self.boxes = 0
+        self.optimal_length: Optional[int] = None
+        self._plan_cache: dict[int, list[str]] = {}
+
+    # ----- episode -------------------------------------------------------------------------
+    def _new_episode(self, options: Optional[dict]) -> None:
+        level = (options or {}).get("level")
+        if level is not None:
+            # A fixed level (in this env's symbols), e.g. for tests or curated evaluation sets.
+            self.layout, self.player, self.boxes = parse_level(level, self.symbols)
+            self.optimal_length = None
+        else:
+            room = generate_room(self.np_random, **self.gen_kwargs)
+            self.layout, self.player, self.boxes = room.layout, room.player, room.boxes
+            self.optimal_length = room.optimal_length
+        self._plan_cache = {}
+
+    def _apply(self, action: str) -> tuple[float, bool]:
+        layout = self.layout
+        r = self.rewards
+        moved = layout.move(self.player, self.boxes, layout.dirs[_ACTION_INDEX[action]])
+        if moved is None:
+            return r["step"], False
+        player, boxes, pushed = moved
+        reward = r["step"]
+        if pushed:
+            tm = layout.target_mask
+            before, after = self.boxes & tm, boxes & tm
+            if after & ~before:
+                reward += r["on"]
+            if before & ~after:
+                reward += r["off"]
+            if boxes == tm:
+                reward += r["solved"]
+        self.player, self.boxes = player, boxes
+        return reward, True
+
+    def _is_success(self) -> bool:
+        return self.boxes == self.layout.target_mask
+
+    def _render_text(self) -> str:
+        return self.layout.render(self.player, self.boxes, self.symbols)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        obs, info = super().reset(seed=seed, options=options)
+        info["optimal_length"] = self.optimal_length
+        return obs, info
+
+    # ----- text ----------------------------------------------------------------------------
+    def instruction(self) -> str:
+        s = self.symbols
+        n = self.parser_config.max_actions_per_turn
+        many = (
+            f"You may give up to {n} actions in one answer, separated by commas, e.g. <answer>Up, Left</answer>."
+            if n > 1
+            else "Give exactly one action per answer, e.g. <answer>Left</answer>."
+        )
+        return (
+            "You are playing Sokoban. Push every box onto a target. You move one cell per action; "
+            "walking into a box pushes it one cell if the cell behind it is free. You cannot pull boxes, "
+            "push two boxes at once, or walk through walls.\n"
+            f"Symbols: {s['wall']} wall, {s['floor']} floor, {s['target']} target, {s['box']} box, "
+            f"{s['box_on_target']} box on target, {s['player']} you, {s['player_on_target']} you on a target.\n"
+            f"Actions: {', '.join(ACTIONS)}.\n"
+            f"Rewards: {self.rewards['step']:+g} per move, {self.rewards['on']:+g} when a box reaches a target, "
+            f"{self.rewards['off']:+g} when a box leaves one, {self.rewards['solved']:+g} when every box is on a target. "
+            f"You have {self.max_steps} moves.\n"
+            f"Think briefly inside <think>...</think> if you like, then answer inside <answer>...</answer>. {many}"
+        )
+
+    # ----- solver ----------------------------------------------------------------------------
+    def expert_plan(self) -> list[str]:
+        """Remaining optimal action words from the current state ([] when solved or unsolvable)."""
+        if self.layout is None:
+            raise RuntimeError("call reset() before expert_plan()")
+        key = (self.boxes << 16) | self.player
+        plan = self._plan_cache.get(key)
+        if plan is None:
+            plan = solve(self.layout, self.player, self.boxes) or []
+            # Cache every suffix along the plan, so an agent following it solves once per episode.
+            p, b = self.player, self.boxes
+            self._plan_cache[key] = plan
+            for i, a in enumerate(plan):
+                p, b, _ = self.layout.move(p, b, self.layout.dirs[_ACTION_INDEX[a]])
+                self._plan_cache[(b << 16) | p] = plan[i + 1 :]
+        return list(plan)
