@@ -1,0 +1,372 @@
+"""HFInferStrategy: the CPU-default inference backend on a Hugging Face causal LM.
+
+Implements :class:`roll.strategies.base.InferenceStrategy`.
+
+Requests arrive one at a time (``await generate(request)``, many concurrently, e.g. one per
+env episode); a background loop collects whatever is queued (up to
+``strategy_config.max_batch_size``, waiting ``batch_wait_ms`` for stragglers) and decodes
+it as ONE left-padded batch with a KV cache. The decode loop is our own (a few lines around
+the model's forward) rather than ``model.generate`` because RL needs per-row control that
+``generate`` does not give in one batch:
+
+- per-request sampling parameters (temperature, top_k, top_p, max_new_tokens, stop strings,
+  stop token ids) in the same batch;
+- per-request seeds: every row samples with its own ``torch.Generator`` seeded from
+  ``request.seed``, so a request's tokens do not depend on which other requests shared its
+  batch (up to float rounding of batched vs. unbatched matmuls);
+- ``abort(ids)``: an aborted row stops at the next decode step and returns its partial output
+  with ``finish_reason="abort"`` (the rollout scheduler resumes it under new weights).
+
+Logprobs (``GenerationResult.logprobs``) are those of the distribution each token was
+actually sampled from: logits / temperature, then top-k and top-p truncation, renormalised.
+With temperature 1 and no truncation they equal the model's log-softmax, i.e. what the
+trainer's ``logprobs(batch)`` computes. Greedy requests (temperature 0) report the model's
+temperature-1 log-softmax of the chosen token (the degenerate greedy distribution would
+give 0 everywhere, which is useless as a behaviour logprob).
+
+Output ids include the EOS / stop token that ended the row (the model produced it, so the
+trainer trains on it); a matched stop string is kept in the output (``finish_reason="stop"``).
+
+Weights: ``update_weights(named_tensors, version, last_bucket)`` copies HF-named tensors into
+the model between decode batches (a lock keeps a batch from seeing half-updated weights);
+the version becomes visible after the last bucket. ``shared_weight_layout()`` exposes the
+parameters as views of one shared-memory block so a colocated trainer on the same node can
+write them directly (see roll/distributed/model_update.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from roll.data.batch import Batch
+from roll.strategies.base import GenerationRequest, GenerationResult
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class _Pending:
+    request: GenerationRequest
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop = field(repr=False, default=None)
+
+
+def load_causal_lm(model_path: str, dtype: str = "float32", device: str = "cpu"):
+    """``from_pretrained`` for a causal LM and its tokenizer (the tokenizer may be absent)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype]).to(device)
+    model.eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as e:  # a bare weights dir: generation still works, stop strings do not
+        logger.warning("no tokenizer in %s (%s); stop strings are unavailable", model_path, e)
+        tokenizer = None
+    return model, tokenizer
+
+
+def filter_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Per-row sampling distribution as masked logits. logits [B, V] float; temperature, top_p
+    [B] float (temperature > 0); top_k [B] long (<= 0 disables). Returns [B, V] with -inf outside
+    each row's top-k / nucleus."""
+    logits = logits / temperature[:, None]
+    vocab = logits.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+    if bool((k < vocab).any()):
+        kth = torch.sort(logits, dim=-1, descending=True).values.gather(-1, (k - 1)[:, None])
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if bool((top_p < 1.0).any()):
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # drop a token when the mass before it already reaches top_p (the first token always stays)
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p[:, None]
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class HFInferStrategy:
+    """Batched, per-request-seeded generation on a Hugging Face model (see module docstring)."""
+
+    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, device: Optional[str] = None, seed: int = 0):
+        opts = dict(worker_config.strategy_args.strategy_config)
+        self.max_batch_size = int(opts.pop("max_batch_size", 32))
+        self.batch_wait_s = float(opts.pop("batch_wait_ms", 5.0)) / 1000.0
+        if opts:
+            raise ValueError(f"hf_infer: unknown strategy_config keys {sorted(opts)}; valid: max_batch_size, batch_wait_ms")
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path = model_path or worker_config.model_name_or_path
+        if not path:
+            raise ValueError("hf_infer: no model path (set model_name_or_path or the pipeline's pretrain)")
+        self.model, self.tokenizer = load_causal_lm(path, worker_config.dtype, self.device)
+        self.pad_id = self._pad_id()
+        self.eos_ids = self._eos_ids()
+        self._params = dict(self.model.named_parameters())
+        self._version = 0
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()  # one user of the weights at a time: a decode batch or an update
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-decode")
+        self._queue: Optional[asyncio.Queue] = None
+        self._loop_task: Optional[asyncio.Task] = None
+        self._aborted: set[str] = set()
+        self._running: set[str] = set()
+        self._shm = None  # shared-memory block backing the parameters (colocated weight sync)
+        self.num_batches = 0
+
+    # ---- setup -------------------------------------------------------------------------
+    def _pad_id(self) -> int:
+        for src in (self.tokenizer, self.model.config):
+            pid = getattr(src, "pad_token_id", None) if src is not None else None
+            if pid is not None:
+                return int(pid)
+        return 0
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (self.model.generation_config, self.model.config, self.tokenizer):
+            eos = getattr(src, "eos_token_id", None) if src is not None else None
+            if eos is None:
+                continue
+            ids.update(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+        return ids
+
+    async def start(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._queue = asyncio.Queue()
+            self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
+
+    async def stop(self) -> None:
+        if self._loop_task is not None and not self._loop_task.done():
+            await self._queue.put(None)
+            await self._loop_task
+        self._executor.shutdown(wait=True)
+
+    # ---- generation ----------------------------------------------------------------------
+    def _validate(self, r: GenerationRequest) -> None:
+        vocab = self.model.config.vocab_size
+        if not r.prompt_ids:
+            raise ValueError(f"request {r.request_id}: empty prompt_ids")
+        bad = [t for t in r.prompt_ids if not 0 <= int(t) < vocab]
+        if bad:
+            raise ValueError(f"request {r.request_id}: prompt token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+        if r.temperature < 0 or not 0 < r.top_p <= 1:
+            raise ValueError(f"request {r.request_id}: need temperature >= 0 and 0 < top_p <= 1, got {r.temperature}, {r.top_p}")
+        if r.stop_strings and self.tokenizer is None:
+            raise ValueError(f"request {r.request_id}: stop strings need a tokenizer in the model directory")
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        self._validate(request)
+        if request.max_new_tokens <= 0:
+            return GenerationResult(request.request_id, [], [], "length", self._version)
+        if request.request_id in self._aborted:  # aborted before it was even submitted
+            self._aborted.discard(request.request_id)
+            return GenerationResult(request.request_id, [], [], "abort", self._version)
+        await self.start()
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(request, fut))
+        return await fut
+
+    async def abort(self, request_ids: list[str]) -> None:
+        """Running or queued requests finish with their partial output and finish_reason "abort"."""
+        self._aborted.update(request_ids)
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._queue.get()
+            if first is None:
+                return
+            await asyncio.sleep(self.batch_wait_s)  # let concurrent requests join this batch
+            items = [first]
+            stop_after = False
+            while len(items) < self.max_batch_size and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt is None:
+                    stop_after = True
+                    break
+                items.append(nxt)
+            for it in items:
+                self._running.add(it.request.request_id)
+            try:
+                results = await loop.run_in_executor(self._executor, self._decode_batch, [it.request for it in items])
+            except Exception as e:  # a failing batch fails its requests loudly, the loop keeps serving
+                logger.exception("decode batch of %d requests failed", len(items))
+                for it in items:
+                    if not it.future.done():
+                        it.future.set_exception(RuntimeError(f"generation failed: {e!r}"))
+            else:
+                for it, res in zip(items, results):
+                    if not it.future.done():
+                        it.future.set_result(res)
+            finally:
+                for it in items:
+                    self._running.discard(it.request.request_id)
+                    self._aborted.discard(it.request.request_id)
+            if stop_after:
+                return
+
+    def _decode_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        with self._lock:
+            self.num_batches += 1
+            return self._decode_locked(requests)
+
+    @torch.inference_mode()
+    def _decode_locked(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        dev = self.device
+        n = len(requests)
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, width), dtype=torch.long)
+        for i, r in enumerate(requests):  # left padding: every row's next token is at column -1
+            input_ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attn[i, width - len(r.prompt_ids):] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)
+        temps = torch.tensor([max(r.temperature, 1e-6) for r in requests], device=dev)
+        greedy = [r.temperature == 0 for r in requests]
+        top_k = torch.tensor([r.top_k for r in requests], dtype=torch.long, device=dev)
+        top_p = torch.tensor([r.top_p for r in requests], device=dev)
+        gens = []
+        for r in requests:
+            seed = r.seed if r.seed is not None else self._rng.getrandbits(63)
+            gens.append(torch.Generator(device=dev).manual_seed(int(seed)))
+        stop_ids = [self.eos_ids | set(r.stop_token_ids) for r in requests]
+        stop_tail = [max((len(s) for s in r.stop_strings), default=0) + 2 for r in requests]
+        out_ids: list[list[int]] = [[] for _ in requests]
+        out_lps: list[list[float]] = [[] for _ in requests]
+        reason: list[Optional[str]] = [None] * n
+        version = self._version
+        past = None
+        step_ids, step_pos = input_ids, positions
+        for step in range(max(r.max_new_tokens for r in requests)):
+            for i, r in enumerate(requests):
+                if reason[i] is None and r.request_id in self._aborted:
+                    reason[i] = "abort"
+            if all(x is not None for x in reason):
+                break
+            out = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            raw_lp = logits.log_softmax(-1)
+            samp_lp = filter_logits(logits, temps, top_k, top_p).log_softmax(-1)
+            nxt = torch.full((n,), self.pad_id, dtype=torch.long, device=dev)
+            for i, r in enumerate(requests):
+                if reason[i] is not None:
+                    continue
+                if greedy[i]:
+                    tok = int(raw_lp[i].argmax())
+                    lp = float(raw_lp[i, tok])
+                else:
+                    tok = int(torch.multinomial(samp_lp[i].exp(), 1, generator=gens[i]))
+                    lp = float(samp_lp[i, tok])
+                nxt[i] = tok
+                out_ids[i].append(tok)
+                out_lps[i].append(lp)
+                if tok in stop_ids[i]:
+                    reason[i] = "stop"
+                elif r.stop_strings and self._hits_stop_string(out_ids[i], r.stop_strings, stop_tail[i]):
+                    reason[i] = "stop"
+                elif len(out_ids[i]) >= r.max_new_tokens:
+                    reason[i] = "length"
+            step_ids = nxt[:, None]
+            step_pos = step_pos[:, -1:] + 1
+            attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=dev)], dim=1)
+        return [
+            GenerationResult(r.request_id, out_ids[i], out_lps[i], reason[i] or "length", version)
+            for i, r in enumerate(requests)
+        ]
+
+    def _hits_stop_string(self, ids: list[int], stops: list[str], tail_tokens: int) -> bool:
+        # a stop string ends in the newest token, so decoding a short tail is enough
+        text = self.tokenizer.decode(ids[-tail_tokens:], skip_special_tokens=False)
+        return any(s in text for s in stops)
+
+    # ---- scoring (train/infer parity) ------------------------------------------------------
+    def logprobs(self, batch: Batch) -> torch.Tensor:
+        """[B, T] logprobs of ``input_ids`` under the served weights, aligned like the trainer's."""
+        from roll.strategies.torch_train import forward_logprobs
+
+        with self._lock, torch.inference_mode():
+            return forward_logprobs(self.model, batch.to(self.device)).cpu()
+
+    # ---- weights ----------------------------------------------------------------------------
+    def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int, last_bucket: bool = True) -> None:
+        with self._lock, torch.no_grad():
+            for name, tensor in named_tensors:
+                param = self._params.get(name)
+                if param is None:
+                    raise KeyError(f"update_weights: {name!r} is not a parameter of the served model")
+                if param.shape != tensor.shape:
+                    raise ValueError(f"update_weights: {name} has shape {tuple(tensor.shape)}, model expects {tuple(param.shape)}")
+                param.copy_(tensor)
+            if last_bucket:
+                self._version = int(version)
+
+    def set_version(self, version: int) -> None:
+        """Mark an update as complete whose bytes were written directly into shared memory."""
+        self._version = int(version)
+
+    def policy_version(self) -> int:
+        return self._version
+
+    def weight_lock(self) -> threading.Lock:
+        """Held while decoding; a direct (shared-memory) writer holds it for the whole update."""
+        return self._lock
+
+    def shared_weight_layout(self) -> dict[str, Any]:
+        """Move every parameter into ONE named shared-memory block (once) and return its layout:
+        ``{"shm_name", "nbytes", "params": {name: (offset, shape, dtype_str)}}``. A process on
+        the same node can map the block and write new weights in place with one copy."""
+        if self.device != "cpu":
+            raise RuntimeError("shared-memory weight layout is the CPU colocated path; GPU uses CUDA IPC")
+        from multiprocessing import shared_memory
+
+        with self._lock:
+            if self._shm is None:
+                total = 0
+                offsets = {}
+                for name, p in self._params.items():
+                    total = (total + 63) // 64 * 64  # keep every view 64-byte aligned
+                    offsets[name] = total
+                    total += p.numel() * p.element_size()
+                shm = shared_memory.SharedMemory(create=True, size=max(total, 1))
+                with torch.no_grad():
+                    for name, p in self._params.items():
+                        view = torch.frombuffer(shm.buf, dtype=p.dtype, count=p.numel(), offset=offsets[name]).view(p.shape)
+                        view.copy_(p.data)
+                        p.data = view
+                self._shm, self._shm_offsets, self._shm_size = shm, offsets, total
+            return {
+                "shm_name": self._shm.name,
+                "nbytes": self._shm_size,
+                "params": {n: (self._shm_offsets[n], tuple(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in self._params.items()},
+            }
+
+    def offload(self) -> None:
+        """Free device memory while a colocated role runs (no-op on CPU)."""
+        if self.device != "cpu":
+            with self._lock:
+                self.model.to("cpu")
+                torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        if self.device != "cpu":
+            with self._lock:
+                self.model.to(self.device)
+
+    def close(self) -> None:
+        if self._shm is not None:
+            shm, self._shm = self._shm, None
+            for p in self._params.values():  # detach params from the block before it goes away
+                p.data = p.data.clone()
+            shm.close()
+            shm.unlink()

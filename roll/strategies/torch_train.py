@@ -1,0 +1,357 @@
+"""TorchTrainStrategy: training on plain torch, DDP or FSDP2 (gloo on CPU, NCCL on GPU).
+
+Implements :class:`roll.strategies.base.TrainingStrategy`. Options under
+``strategy_args.strategy_config``: ``parallel: ddp | fsdp2`` (default ddp),
+``reshard_after_forward`` (fsdp2, default true).
+
+The worker initialises torch.distributed (``init_process_group`` helper below) before
+:meth:`TorchTrainStrategy.setup`; every rank of the data-parallel group calls every method
+(collectives inside: gradient all-reduce, FSDP all-gathers, global token counts).
+
+Contracts other parts rely on:
+
+- ``logprobs(batch) -> [B, T]``: position t holds ``log p(input_ids[t] | input_ids[<t])``,
+  position 0 is 0. ``position_ids`` are taken from the batch or derived from
+  ``attention_mask`` (cumsum - 1), so left and right padding both work.
+- ``values(batch) -> [B, T]`` (critic): value of the prefix ending at token t.
+- ``train_step(batch, loss_fn)``: ``batch`` is this rank's share of ONE mini-batch (one
+  optimizer step). It is split into micro-batches of ``per_device_train_batch_size``; each
+  micro-batch's ``meta`` gets ``global_num_tokens`` (sum of ``response_mask`` over the whole
+  mini-batch on all data-parallel ranks), ``global_num_seqs``, ``dp_size``,
+  ``micro_batch_index`` and ``num_micro_batches``. Then
+  ``loss, metrics = loss_fn(micro_batch, logprobs, extra)`` with ``logprobs`` [b, T] (None for
+  the critic) and ``extra`` holding ``entropy`` [b, T] when ``loss_fn.needs_entropy`` is true,
+  and ``values`` [b, T] for the critic. The loss_fn normalises by the GLOBAL counts (it
+  returns its micro-batch's share of the mini-batch loss); the strategy does not divide by the
+  number of micro-batches, and multiplies by ``dp_size`` before backward to undo DDP/FSDP
+  gradient averaging, so one step equals single-process training on the whole mini-batch
+  regardless of data-parallel size and micro-batching. Then gradient clipping
+  (``max_grad_norm``), AdamW and the LR schedule step. A non-finite gradient norm skips the
+  optimizer step (counted in ``skipped_steps``). Returns ``loss`` (mini-batch total over all
+  ranks), ``grad_norm``, ``lr``, ``skipped_steps`` and the loss_fn's metrics averaged.
+- ``named_parameters_for_sync(bucket_size_mb)``: full (FSDP-gathered) parameters with their
+  Hugging Face names, in buckets; a generator every rank must drain (FSDP gathers are
+  collective), the tensors are only meaningful to send from rank 0.
+- ``save(dir)`` / ``load(dir)``: the model in HF format (``save_pretrained``, loadable with
+  ``from_pretrained``) plus ``trainer_state.pt`` (full optimizer and scheduler state, step).
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import os
+from typing import Any, Iterator, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from roll.data.batch import Batch
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ---- shared forward helpers (also used by hf_infer for train/infer parity) --------------------
+def position_ids_for(batch: Batch) -> torch.Tensor:
+    if "position_ids" in batch.tensors:
+        return batch["position_ids"]
+    return (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """logits [B, T, V] (position t predicts t+1), input_ids [B, T] -> [B, T], column 0 is 0."""
+    logits = logits[:, :-1].float()
+    target = input_ids[:, 1:]
+    lp = logits.gather(-1, target[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return F.pad(lp, (1, 0))
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the distribution that predicted each token, aligned like token_logprobs."""
+    logp = logits[:, :-1].float().log_softmax(-1)
+    return F.pad(-(logp.exp() * logp).sum(-1), (1, 0))
+
+
+def forward_logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=position_ids_for(batch), use_cache=False)
+    return token_logprobs(out.logits, batch["input_ids"])
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
+    """(Re)create the default process group: NCCL when CUDA is present, else gloo."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(
+        backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+class TorchTrainStrategy:
+    """DDP / FSDP2 trainer of a HF causal LM (or its value-head critic); see module docstring."""
+
+    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, critic: bool = False,
+                 seed: int = 42, num_training_steps: Optional[int] = None, device: Optional[str] = None):
+        opts = dict(worker_config.strategy_args.strategy_config)
+        self.parallel = opts.pop("parallel", "ddp")
+        self.reshard_after_forward = bool(opts.pop("reshard_after_forward", True))
+        if opts:
+            raise ValueError(f"torch_train: unknown strategy_config keys {sorted(opts)}; valid: parallel, reshard_after_forward")
+        if self.parallel not in ("ddp", "fsdp2"):
+            raise ValueError(f"torch_train: strategy_config.parallel must be ddp or fsdp2, got {self.parallel!r}")
+        self.cfg = worker_config
+        self.args = worker_config.training_args
+        self.model_path = model_path or worker_config.model_name_or_path
+        if not self.model_path:
+            raise ValueError("torch_train: no model path (set model_name_or_path or the pipeline's pretrain)")
+        self.critic = critic
+        self.seed = seed
+        self.num_training_steps = self.args.num_training_steps or num_training_steps
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model: Optional[torch.nn.Module] = None
+        self.step = 0
+        self.skipped_steps = 0
+
+    # ---- setup ------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return dist.get_rank() if dist.is_initialized() else 0
+
+    @property
+    def dp_size(self) -> int:
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    def _load_hf(self) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+        dtype = _DTYPES[self.cfg.dtype]
+        torch.manual_seed(self.seed)  # a freshly initialised value head is identical on every rank
+        if self.critic:
+            model = AutoModelForTokenClassification.from_pretrained(self.model_path, num_labels=1, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+        if self.args.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        return model.to(self.device)
+
+    def setup(self) -> None:
+        """Load, wrap (DDP/FSDP2), build AdamW and the LR schedule. Needs the process group."""
+        if not dist.is_initialized():
+            raise RuntimeError("torch_train: call init_process_group before setup (the worker does it)")
+        model = self._load_hf()
+        if self.parallel == "ddp":
+            self.model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if self.device == "cuda" else None)
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            layers = getattr(getattr(model, "model", None), "layers", None)
+            for layer in layers if layers is not None else []:
+                fully_shard(layer, reshard_after_forward=self.reshard_after_forward)
+            fully_shard(model, reshard_after_forward=self.reshard_after_forward)
+            self.model = model
+        a = self.args
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=a.lr, betas=tuple(a.adam_betas),
+                                           eps=a.adam_eps, weight_decay=a.weight_decay)
+        self.scheduler = self._make_scheduler()
+
+    def _make_scheduler(self):
+        from transformers import get_scheduler
+
+        kind = self.args.lr_scheduler_type
+        if kind == "constant":
+            return get_scheduler("constant_with_warmup", self.optimizer, num_warmup_steps=self.args.warmup_steps)
+        if not self.num_training_steps:
+            raise ValueError(f"lr_scheduler_type {kind!r} needs training_args.num_training_steps (or the pipeline's max_steps)")
+        return get_scheduler(kind, self.optimizer, num_warmup_steps=self.args.warmup_steps,
+                             num_training_steps=self.num_training_steps)
+
+    @property
+    def hf_model(self) -> torch.nn.Module:
+        return _unwrap(self.model)
+
+    # ---- forward ----------------------------------------------------------------------------
+    def _forward(self, batch: Batch, entropy: bool = False) -> tuple[Optional[torch.Tensor], dict[str, torch.Tensor]]:
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         position_ids=position_ids_for(batch), use_cache=False)
+        if self.critic:
+            return None, {"values": out.logits[..., 0].float()}
+        extra = {"entropy": token_entropy(out.logits)} if entropy else {}
+        return token_logprobs(out.logits, batch["input_ids"]), extra
+
+    def _micro_batches_in_step(self, n_local: int, size: int) -> int:
+        """FSDP forwards are collective: every rank must run as many as the busiest rank."""
+        n = torch.tensor([math.ceil(n_local / size)], device=self.device)
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        return int(n.item())
+
+    @torch.no_grad()
+    def _forward_only(self, batch: Batch, key: str) -> torch.Tensor:
+        self.model.eval()
+        size = max(1, self.cfg.infer_batch_size)
+        parts = batch.to(self.device).split(size) if len(batch) else []
+        n_steps = self._micro_batches_in_step(len(batch), size)
+        outs = []
+        for i in range(n_steps):
+            # a rank with fewer rows repeats a real micro-batch (result dropped) to keep collectives in step
+            mb = parts[i] if i < len(parts) else (parts[0] if parts else None)
+            if mb is None:
+                raise ValueError("torch_train: a rank received an empty batch while others have rows")
+            lp, extra = self._forward(mb)
+            if i < len(parts):
+                outs.append((extra["values"] if key == "values" else lp).cpu())
+        self.model.train()
+        if not outs:
+            return torch.zeros_like(batch["input_ids"], dtype=torch.float32)
+        width = batch["input_ids"].shape[1]
+        return torch.cat([F.pad(o, (0, width - o.shape[1])) for o in outs], dim=0)
+
+    def logprobs(self, batch: Batch) -> torch.Tensor:
+        if self.critic:
+            raise RuntimeError("logprobs() on a critic; use values()")
+        return self._forward_only(batch, "logprobs")
+
+    def values(self, batch: Batch) -> torch.Tensor:
+        if not self.critic:
+            raise RuntimeError("values() needs the critic variant (critic=True)")
+        return self._forward_only(batch, "values")
+
+    # ---- training -----------------------------------------------------------------------------
+    def train_step(self, batch: Batch, loss_fn: Any) -> dict[str, float]:
+        if len(batch) == 0:
+            raise ValueError("train_step on an empty batch")
+        batch = batch.to(self.device)
+        micro = batch.split(max(1, self.args.per_device_train_batch_size))
+        n_micro = self._micro_batches_in_step(len(batch), max(1, self.args.per_device_train_batch_size))
+        if n_micro != len(micro):
+            raise ValueError(f"train_step: ranks got different numbers of micro-batches ({len(micro)} here, {n_micro} max); "
+                             "the mini-batch must split evenly across data-parallel ranks")
+        mask = batch["response_mask"] if "response_mask" in batch.tensors else batch["attention_mask"]
+        totals = torch.tensor([float(mask.sum()), float(len(batch))], dtype=torch.float64, device=self.device)
+        dist.all_reduce(totals)
+        global_tokens, global_seqs = float(totals[0]), float(totals[1])
+        need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        metric_sums: dict[str, float] = {}
+        for i, mb in enumerate(micro):
+            mb.meta.update(global_num_tokens=global_tokens, global_num_seqs=global_seqs, dp_size=self.dp_size,
+                           micro_batch_index=i, num_micro_batches=len(micro))
+            last = i == len(micro) - 1
+            self._set_grad_sync(last)  # all-reduce / reduce-scatter gradients once, on the last micro-batch
+            logprobs, extra = self._forward(mb, entropy=need_entropy)
+            loss, metrics = loss_fn(mb, logprobs, extra)
+            (loss * self.dp_size).backward()
+            loss_sum += loss.detach().double()
+            for k, v in (metrics or {}).items():
+                metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
+        grad_norm = self._clip_grad_norm()
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            self.skipped_steps += 1
+            logger.warning("non-finite grad norm %s at step %d: optimizer step skipped", grad_norm, self.step)
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.step += 1
+        dist.all_reduce(loss_sum)
+        reduced = torch.tensor([metric_sums[k] / len(micro) for k in sorted(metric_sums)], dtype=torch.float64, device=self.device)
+        if len(reduced):
+            dist.all_reduce(reduced)
+            reduced /= self.dp_size
+        out = {k: float(v) for k, v in zip(sorted(metric_sums), reduced.tolist())}
+        out.update(loss=float(loss_sum), grad_norm=grad_norm, lr=lr, skipped_steps=float(self.skipped_steps))
+        return out
+
+    def _set_grad_sync(self, enabled: bool) -> None:
+        if self.parallel == "ddp":
+            self.model.require_backward_grad_sync = enabled
+        else:
+            self.model.set_requires_gradient_sync(enabled)
+
+    def _clip_grad_norm(self) -> float:
+        max_norm = self.args.max_grad_norm if self.args.max_grad_norm > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ---- weight sync ----------------------------------------------------------------------------
+    def named_parameters_for_sync(self, bucket_size_mb: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        limit = max(1, int(bucket_size_mb)) * 1024 * 1024
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        with torch.no_grad():
+            for name, p in self.hf_model.named_parameters():
+                t = p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+                nbytes = t.numel() * t.element_size()
+                if bucket and size + nbytes > limit:
+                    yield bucket
+                    bucket, size = [], 0
+                bucket.append((name, t))
+                size += nbytes
+        if bucket:
+            yield bucket
+
+    def num_parameter_bytes(self) -> int:
+        # DTensor.numel() is the global (unsharded) size, so this is the full model under FSDP too
+        return sum(p.numel() * p.element_size() for p in self.hf_model.parameters())
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def _state_options(self):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+    def save(self, path: str) -> None:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        model_sd = get_model_state_dict(self.model, options=self._state_options())
+        optim_sd = get_optimizer_state_dict(self.model, self.optimizer, options=self._state_options())
+        if self.rank == 0:
+            os.makedirs(path, exist_ok=True)
+            self.hf_model.save_pretrained(path, state_dict=model_sd)
+            torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict(), "step": self.step,
+                        "skipped_steps": self.skipped_steps}, os.path.join(path, "trainer_state.pt"))
+        dist.barrier()
+
+    def load(self, path: str) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+        # from_pretrained restores tied weights that save_pretrained de-duplicated
+        full = type(self.hf_model).from_pretrained(path, dtype=_DTYPES[self.cfg.dtype]).state_dict()
+        opts = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, full, options=opts)
+        state = torch.load(os.path.join(path, "trainer_state.pt"), map_location="cpu", weights_only=False)
+        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=opts)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+
+    # ---- colocation ----------------------------------------------------------------------------
+    def offload(self) -> None:
+        """Move weights and optimizer state to host memory while a colocated role runs (no-op on CPU)."""
+        if self.device != "cpu":
+            self._move("cpu")
+            torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        if self.device != "cpu":
+            self._move(self.device)
+
+    def _move(self, device: str) -> None:
+        self.model.to(device)
+        for state in self.optimizer.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor):
+                    state[k] = v.to(device)
