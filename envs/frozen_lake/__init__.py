@@ -1,0 +1,1 @@
+"""FrozenLake: random reachable maps on gymnasium's FrozenLake dynamics, as a text env."""
