@@ -37,7 +37,7 @@ def _samples() -> list[str]:
     gens = [sokoban_grid, frozen_lake_grid, grid_episode, webshop_episode, python_snippet, math_problem, english_text]
     texts = [g(rng) for g in gens for _ in range(15)]
     texts += [
-        "", " ", "\n\n", "  leading and trailing  ", "tab\tseparated\tvalues", "√√√", "#_O√XPSG",
+        "", " ", "\n\n", "#######\n#@ $.*#\n#+---##\n#######", "  leading and trailing  ", "tab\tseparated\tvalues", "√√√", "#_O√XPSG",
         "<think>reason</think><answer>Left</answer>", "<answer> Up, Right </answer>",
         "search[noise cancelling headphones] click[< prev] click[buy now]",
         "Unicode: naïve café – “quotes” 日本語 😀", "x = 3.14159e-10; y = -42 // 7",
@@ -117,7 +117,7 @@ def test_vocab_matches_model(built):
 
 def test_grid_symbols_are_one_token_each(built):
     _, tok, _ = built
-    cells = tiny.GRID_SYMBOLS + ["\n"]
+    cells = tiny.GRID_SYMBOLS + tiny.XSB_SYMBOLS + ["\n"]
     ids = {c: tok.encode(c) for c in cells}
     assert all(len(v) == 1 for v in ids.values()), ids
     for combo in itertools.product(cells, repeat=3):

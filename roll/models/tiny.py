@@ -14,8 +14,8 @@ split regex + byte-level) from scratch and keeps only vocab and merges. So the t
 exactly that pipeline, and tokenizes identically whichever class loads it
 (``Qwen2Tokenizer``, ``Qwen2TokenizerFast`` in transformers 4, ``PreTrainedTokenizerFast``,
 vLLM). Grid predictability comes from the merges instead: no merge joins two env grid
-symbols (``# _ O √ X P S G`` and newline), so every grid cell is exactly one token and a tiny
-model sees a fixed token per cell.
+symbols (``# _ O √ X P S G``, the XSB set ``@ + $ * . -``, and newline), so every grid cell
+is exactly one token and a tiny model sees a fixed token per cell.
 """
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
 
 GRID_SYMBOLS = ["#", "_", "O", "√", "X", "P", "S", "G"]
 """Cell symbols of the shipped grid envs (Sokoban and FrozenLake); each is one token."""
+XSB_SYMBOLS = ["@", "+", "$", "*", ".", "-"]
+"""Cell symbols of the standard Sokoban text format (XSB), also kept one token per cell."""
 
 TOKENIZER_VOCAB_SIZE = 3072
 MAX_POSITION_EMBEDDINGS = 8192
@@ -62,12 +64,20 @@ QWEN2_SPLIT = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
-_GRID_CHARS = "".join(GRID_SYMBOLS) + "\n"
+_GRID_CHARS = "".join(GRID_SYMBOLS + XSB_SYMBOLS) + "\n"
 _ALWAYS_SPLIT = "#_√\n"  # symbols that separate cells wherever they appear
+_CONTEXT_SPLIT = "OXPSG@+$*.-"  # split only next to other cell symbols: they occur in words and code
 # Used only while training: cut grid symbols apart so no merge across cells is learned,
 # while letters O X P S G still merge inside ordinary words ("Sokoban", "Output").
+
+
+def _char_class(chars: str) -> str:
+    return "".join("\\" + c if c in "-]\\^[" else c for c in chars)
+
+
 _TRAIN_ISOLATE = (
-    rf"[{_ALWAYS_SPLIT}]|(?<![^{_GRID_CHARS}])[OXPSG](?![^{_GRID_CHARS}])"
+    rf"[{_char_class(_ALWAYS_SPLIT)}]|(?<![^{_char_class(_GRID_CHARS)}])"
+    rf"[{_char_class(_CONTEXT_SPLIT)}](?![^{_char_class(_GRID_CHARS)}])"
 )
 
 CHAT_TEMPLATE = (
@@ -91,7 +101,7 @@ def _byte_level_str(text: str) -> str:
 
 
 def _filter_merges(merges: list, vocab: dict[str, int], keep: set[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """Drop every merge that joins two grid symbols or touches a cell separator, then every
+    """Drop every merge that joins two cell symbols or touches a cell separator, then every
     merge built on a dropped token; renumber the vocabulary densely in its original order."""
     separators = {_byte_level_str(c) for c in _ALWAYS_SPLIT}
     grid_pieces = {_byte_level_str(c) for c in _GRID_CHARS}
@@ -278,6 +288,7 @@ def tiny_model_path(size: str = "tiny") -> str:
                 tmp = Path(tempfile.mkdtemp(prefix=f".{size}-build-", dir=parent))
                 try:
                     save_tiny_model(tmp, size=size, seed=0)
+                    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared
                     if target.exists():  # a broken leftover without config.json
                         shutil.rmtree(target)
                     os.rename(tmp, target)
