@@ -56,6 +56,11 @@ class EnvManagerConfig:
     """Arguments of the group filter."""
     max_group_refills: int = 8
     """Refills per batch for filtered or failed groups before the batch is returned short."""
+    max_episode_retries: int = 3
+    """An episode slot that ends in an infrastructure failure (env error/timeout, dead worker) is
+    rerun with the same env seed up to this many times; then its group is dropped and refilled."""
+    num_cpus_per_env_worker: float = 1.0
+    """Ray CPUs reserved by each environment worker actor."""
     seed_offset: int = 0
     """Env seeds of this manager start here (keep validation seeds disjoint from training)."""
 

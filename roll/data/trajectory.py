@@ -1,0 +1,179 @@
+"""Trajectory: one token-exact training sample from a multi-turn episode, and its collation.
+
+A trajectory is the exact token ids the model saw and produced, in order. Model-produced
+tokens carry ``loss_mask == 1``, their inference log-prob and the policy version that
+produced them; everything else (prompt, rendered observations, end-of-turn tokens the model
+did not emit) carries ``loss_mask == 0``, log-prob 0 and version -1. Per-turn rewards are
+kept per turn and placed on the last model token of their turn when collated.
+
+In trajectory mode one episode is one sample; in step mode each turn is one sample (its
+own windowed context), tagged with ``state_key``/``step_index``/``episode_id`` so step-level
+estimators (GiGPO) can group equal states.
+
+``trajectories_to_batch`` is the one place that turns trajectories into a ``Batch``; the
+field names are the contract with roll/algorithms and the pipelines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from roll.data.batch import Batch
+
+FAILURE_TYPES = ("env_error", "env_timeout", "worker_died", "inference_error", "context_overflow")
+"""Infrastructure failure types: an episode with one of these never enters a training batch."""
+
+
+@dataclass
+class Trajectory:
+    """One training sample (a whole episode, or one turn of it in step mode)."""
+
+    input_ids: list[int] = field(default_factory=list)
+    """Every token of the sample, in order: prompt, model outputs, rendered observations."""
+    loss_mask: list[int] = field(default_factory=list)
+    """1 on model-produced tokens, 0 elsewhere (same length as input_ids)."""
+    logprobs: list[float] = field(default_factory=list)
+    """Inference log-prob of each model token; 0.0 elsewhere."""
+    token_turns: list[int] = field(default_factory=list)
+    """Turn index of each model token; -1 elsewhere."""
+    token_versions: list[int] = field(default_factory=list)
+    """Policy version that produced each model token; -1 elsewhere. A turn resumed after a
+    partial-rollout weight update holds tokens of two versions."""
+    turn_versions: list[int] = field(default_factory=list)
+    """Per turn: the oldest policy version among its tokens (what staleness is judged on)."""
+    turn_rewards: list[float] = field(default_factory=list)
+    """Per turn: the env reward of that turn's step."""
+    final_reward: float = 0.0
+    """Episode-level reward reported by the env at the end (step info ``final_reward``), added
+    to the last turn's token reward."""
+    episode_return: float = 0.0
+    """sum(turn_rewards) + final_reward of the whole episode (also in step-mode samples)."""
+    success: bool = False
+    num_turns: int = 0
+    """Turns of the whole episode."""
+    terminated: bool = False
+    truncated: bool = False
+    """Max turns or the context limit ended the episode (not a failure)."""
+    failure: Optional[str] = None
+    """None, or an infrastructure failure type (FAILURE_TYPES)."""
+    failure_detail: str = ""
+    env_tag: str = ""
+    env_id: str = ""
+    group_id: str = ""
+    env_seed: int = 0
+    episode_id: str = ""
+    prompt_length: int = 0
+    """Tokens before the first model token."""
+    state_key: str = ""
+    """Step mode: a hash of the observation the turn acted on (equal states share keys)."""
+    step_index: int = -1
+    """Step mode: turn index of this sample within its episode; -1 in trajectory mode."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Per-episode measurements (invalid action rate, time in generation/env/waiting, ...)."""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    """The conversation as text (for logging and trajectory dumps only; never re-tokenized)."""
+
+    def check(self) -> None:
+        n = len(self.input_ids)
+        for name in ("loss_mask", "logprobs", "token_turns", "token_versions"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"trajectory {self.episode_id}: {name} has {len(getattr(self, name))} entries for {n} tokens")
+
+    @property
+    def num_model_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+    @property
+    def min_version(self) -> int:
+        """Oldest policy version in the sample (-1 when it has no model tokens)."""
+        return min(self.turn_versions) if self.turn_versions else -1
+
+
+def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Batch:
+    """Right-padded tensors of the trajectories.
+
+    tensors (all [B, T] unless noted): input_ids, attention_mask, position_ids,
+    response_mask (1 on model tokens), infer_logprobs, token_rewards (turn reward on the
+    last model token of its turn; the last turn also gets final_reward), turn_ids (turn of
+    each model token, -1 elsewhere), policy_versions (per token, -1 elsewhere), scores [B]
+    (episode return), min_policy_version [B].
+    non_tensors: group_id, env_tag, env_id, env_seed, success, num_turns, episode_id,
+    state_key, step_index, terminated, truncated, turn_versions, turn_rewards.
+    """
+    if not trajs:
+        raise ValueError("trajectories_to_batch needs at least one trajectory")
+    for t in trajs:
+        t.check()
+        if t.failure is not None:
+            raise ValueError(f"trajectory {t.episode_id} failed ({t.failure}); failed episodes never enter a batch")
+    B = len(trajs)
+    T = max(len(t.input_ids) for t in trajs)
+    input_ids = torch.full((B, T), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.long)
+    response_mask = torch.zeros((B, T), dtype=torch.long)
+    infer_logprobs = torch.zeros((B, T), dtype=torch.float32)
+    token_rewards = torch.zeros((B, T), dtype=torch.float32)
+    turn_ids = torch.full((B, T), -1, dtype=torch.long)
+    versions = torch.full((B, T), -1, dtype=torch.long)
+    for i, t in enumerate(trajs):
+        n = len(t.input_ids)
+        input_ids[i, :n] = torch.tensor(t.input_ids, dtype=torch.long)
+        attention_mask[i, :n] = 1
+        response_mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.long)
+        infer_logprobs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        turn_ids[i, :n] = torch.tensor(t.token_turns, dtype=torch.long)
+        versions[i, :n] = torch.tensor(t.token_versions, dtype=torch.long)
+        _place_rewards(t, token_rewards[i])
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    non_tensors: dict[str, Any] = {
+        "group_id": [t.group_id for t in trajs],
+        "env_tag": [t.env_tag for t in trajs],
+        "env_id": [t.env_id for t in trajs],
+        "env_seed": [t.env_seed for t in trajs],
+        "success": [bool(t.success) for t in trajs],
+        "num_turns": [t.num_turns for t in trajs],
+        "episode_id": [t.episode_id for t in trajs],
+        "state_key": [t.state_key for t in trajs],
+        "step_index": [t.step_index for t in trajs],
+        "terminated": [t.terminated for t in trajs],
+        "truncated": [t.truncated for t in trajs],
+        "turn_versions": [list(t.turn_versions) for t in trajs],
+        "turn_rewards": [list(t.turn_rewards) for t in trajs],
+    }
+    return Batch(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "response_mask": response_mask,
+            "infer_logprobs": infer_logprobs,
+            "token_rewards": token_rewards,
+            "turn_ids": turn_ids,
+            "policy_versions": versions,
+            "scores": torch.tensor([t.episode_return for t in trajs], dtype=torch.float32),
+            "min_policy_version": torch.tensor([t.min_version for t in trajs], dtype=torch.long),
+        },
+        non_tensors=non_tensors,
+    )
+
+
+def _place_rewards(t: Trajectory, row: torch.Tensor) -> None:
+    """Each turn's reward on the last model token of that turn (step mode: turns are local)."""
+    last_token: dict[int, int] = {}
+    for pos, turn in enumerate(t.token_turns):
+        if turn >= 0:
+            last_token[turn] = pos
+    if not last_token:
+        return
+    turns = sorted(last_token)
+    # Step-mode samples hold one turn whose global index is step_index; their reward list
+    # has that one turn's reward.
+    offset = turns[0] if t.step_index >= 0 else 0
+    for turn in turns:
+        k = turn - offset
+        if 0 <= k < len(t.turn_rewards):
+            row[last_token[turn]] += float(t.turn_rewards[k])
+    if t.step_index < 0 or t.step_index == t.num_turns - 1:
+        row[last_token[turns[-1]]] += float(t.final_reward)

@@ -1,0 +1,341 @@
+"""EnvManager: runs one multi-turn episode against an inference client, token-exactly.
+
+reset the env -> (system prompt, instruction + first observation) through the chat template
+-> generate -> decode -> ``env.step(text)`` -> render the next observation with the tag's
+``turn_template`` -> append its token delta -> ... until terminated, truncated, max turns or
+the context limit.
+
+The episode is split into ``reset`` / ``generate_turn`` / ``step_env`` so the same code runs
+per-sample (``run``: each episode at its own pace) and in lockstep (the scheduler's sync
+baseline calls each phase for all episodes of a batch together). Results are identical.
+
+Failures are typed (``Trajectory.failure``): ``env_error`` (reset/step raised),
+``env_timeout`` (slower than ``step_timeout_s``), ``inference_error`` / ``worker_died``
+(generation failed), plus two non-infrastructure stops the scheduler restarts: ``stale``
+(older than the staleness bound) and ``discarded`` (weight update in discard mode).
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from roll.config.roles import GeneratingArgs
+from roll.config.rollout import EnvConfig, EnvManagerConfig
+from roll.data.trajectory import Trajectory
+from roll.rollout.chat import ChatRenderer
+from roll.rollout.control import CallTimeout, RolloutControl, ThreadRunner
+from roll.rollout.router import InferenceClient
+from roll.strategies.base import GenerationRequest
+
+TURN_TEMPLATE_FIELDS = ("turn_idx", "observation", "actions_left", "reward", "max_turns")
+_ACTOR_DIED = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
+_MAX_RESUMES_PER_TURN = 64
+
+
+@dataclass
+class EpisodeSpec:
+    """Which episode to run: env tag and seed, its group, and its sampling seed."""
+
+    episode_id: str
+    tag: str
+    group_id: str
+    env_seed: int
+    index_in_group: int = 0
+    attempt: int = 0
+
+    @property
+    def sample_seed(self) -> int:
+        """Deterministic per (group, index, attempt), so reruns reproduce the same samples."""
+        return zlib.crc32(f"{self.group_id}|{self.env_seed}|{self.index_in_group}|{self.attempt}".encode()) & 0x7FFFFFFF
+
+
+class EpisodeFailure(Exception):
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+def format_turn(template: str, **fields: Any) -> str:
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError) as e:
+        raise ValueError(f"turn_template {template!r} uses an unknown field {e}; known: {', '.join(TURN_TEMPLATE_FIELDS)}") from None
+
+
+class EnvManager:
+    """One episode. ``env``/``runner`` come from the host's env pool and are returned there
+    unless the episode marks them broken (``env_broken``)."""
+
+    def __init__(
+        self,
+        spec: EpisodeSpec,
+        env: Any,
+        runner: ThreadRunner,
+        env_config: EnvConfig,
+        manager_config: EnvManagerConfig,
+        generating_args: GeneratingArgs,
+        renderer: ChatRenderer,
+        client: InferenceClient,
+        control: RolloutControl,
+    ):
+        self.spec = spec
+        self.env = env
+        self.runner = runner
+        self.cfg = env_config
+        self.mcfg = manager_config
+        self.gen = generating_args
+        self.renderer = renderer
+        self.client = client
+        self.control = control
+        self.step_mode = manager_config.mode == "step"
+        self.env_broken = False
+        self.done = False
+        self.turn = 0
+        # trajectory-mode token stream (also the current context in trajectory mode)
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.tturns: list[int] = []
+        self.tversions: list[int] = []
+        self.turn_versions: list[int] = []
+        self.turn_rewards: list[float] = []
+        self.messages: list[dict[str, str]] = []
+        self.step_samples: list[Trajectory] = []
+        self.last_output: list[int] = []
+        self.observation = ""
+        self.instruction = ""
+        self.final_reward = 0.0
+        self.success = False
+        self.terminated = False
+        self.truncated = False
+        self.failure: Optional[str] = None
+        self.failure_detail = ""
+        self.invalid_actions = 0
+        self.effective_actions = 0
+        self.partial_resumes = 0
+        self.gen_time = self.env_time = self.wait_time = 0.0
+        self.t_start = time.monotonic()
+
+    # ---- phases -----------------------------------------------------------------------
+    async def reset(self) -> None:
+        try:
+            obs, info = await self._env_call(self.env.reset, seed=self.spec.env_seed)
+        except EpisodeFailure as f:
+            return self._fail(f)
+        self.instruction = str((info or {}).get("instruction", ""))
+        self.observation = str(obs)
+        first = self._render_turn(reward=0.0)
+        user = f"{self.instruction}\n\n{first}" if self.instruction else first
+        self.messages.append({"role": "user", "content": user})
+        if not self.step_mode:
+            self._append(self.renderer.initial_prompt(user), model=False)
+            if len(self.ids) >= self.mcfg.max_context_tokens:
+                self._fail(EpisodeFailure("context_overflow", f"first prompt has {len(self.ids)} tokens"))
+
+    async def generate_turn(self) -> None:
+        if self.done:
+            return
+        prompt = self._window_prompt() if self.step_mode else list(self.ids)
+        budget = min(self.gen.max_new_tokens, self.mcfg.max_context_tokens - len(prompt))
+        if budget <= 0:
+            self.truncated = self.done = True
+            return
+        out: list[int] = []
+        lps: list[float] = []
+        vers: list[int] = []
+        resumes = 0
+        while True:
+            t_wait = time.monotonic()
+            await self.control.wait_running()
+            self.wait_time += time.monotonic() - t_wait
+            oldest = min(self.turn_versions + vers, default=-1)
+            if self.control.is_stale(oldest):
+                self.failure, self.failure_detail, self.done = "stale", f"oldest version {oldest} < {self.control.version} - {self.control.max_staleness}", True
+                return
+            version = self.control.version
+            request = GenerationRequest(
+                request_id=f"{self.spec.episode_id}/t{self.turn}/r{resumes}",
+                prompt_ids=prompt + out,
+                max_new_tokens=budget - len(out),
+                temperature=self.gen.temperature if self.gen.do_sample else 0.0,
+                top_p=self.gen.top_p,
+                top_k=self.gen.top_k,
+                seed=(self.spec.sample_seed * 1009 + self.turn * 31 + resumes) & 0x7FFFFFFF,
+                stop_strings=list(self.gen.stop_strings),
+                stop_token_ids=list(self.renderer.stop_token_ids),
+                meta={"episode_id": self.spec.episode_id, "turn": self.turn, "policy_version": version},
+            )
+            self.control.request_started(request.request_id)
+            t0 = time.monotonic()
+            try:
+                result = await self.client.generate(request)
+            except Exception as e:  # typed below; the scheduler counts and refills
+                kind = "worker_died" if type(e).__name__ in _ACTOR_DIED else "inference_error"
+                self.failure, self.failure_detail, self.done = kind, f"{type(e).__name__}: {e}", True
+                return
+            finally:
+                self.control.request_finished(request.request_id)
+                self.gen_time += time.monotonic() - t0
+            if len(result.logprobs) != len(result.output_ids):
+                self.failure, self.failure_detail, self.done = "inference_error", "logprobs and output_ids differ in length", True
+                return
+            out += list(result.output_ids)
+            lps += [float(x) for x in result.logprobs]
+            vers += [version] * len(result.output_ids)
+            finished = out and out[-1] in self.renderer.stop_token_ids
+            if result.finish_reason != "abort" or finished or len(out) >= budget:
+                break
+            # aborted by a weight update: keep the partial tokens, resume under the new weights
+            if self.control.on_weight_update == "discard":
+                self.failure, self.failure_detail, self.done = "discarded", "weight update in discard mode", True
+                return
+            resumes += 1
+            self.partial_resumes += 1
+            if resumes > _MAX_RESUMES_PER_TURN:
+                self.failure, self.failure_detail, self.done = "inference_error", "turn aborted too many times", True
+                return
+        self.last_output = out
+        close = self.renderer.close_assistant(out)
+        self.turn_versions.append(min(vers, default=self.control.version))
+        self.messages.append({"role": "assistant", "content": self.renderer.assistant_text(out)})
+        if self.step_mode:
+            self._add_step_sample(prompt, out, lps, vers, close)
+        else:
+            self._append(out, model=True, logprobs=lps, versions=vers)
+            self._append(close, model=False)
+
+    async def step_env(self) -> None:
+        if self.done:
+            return
+        text = self.renderer.decode(self.last_output)
+        try:
+            obs, reward, terminated, truncated, info = await self._env_call(self.env.step, text)
+        except EpisodeFailure as f:
+            return self._fail(f)
+        info = info or {}
+        self.turn += 1
+        self.turn_rewards.append(float(reward))
+        if self.step_mode:
+            self.step_samples[-1].turn_rewards = [float(reward)]
+        self.success = bool(info.get("success", self.success))
+        self.invalid_actions += 0 if info.get("action_is_valid", True) else 1
+        self.effective_actions += 1 if info.get("action_is_effective", False) else 0
+        self.observation = str(obs)
+        if terminated or truncated or self.turn >= self.cfg.max_turns:
+            self.final_reward = float(info.get("final_reward", 0.0))
+            self.terminated = bool(terminated)
+            self.truncated = not terminated
+            self.done = True
+            return
+        content = self._render_turn(reward=float(reward))
+        self.messages.append({"role": "user", "content": content})
+        if not self.step_mode:
+            delta = self.renderer.user_turn_delta(content)
+            if len(self.ids) + len(delta) >= self.mcfg.max_context_tokens:
+                self.truncated = self.done = True  # the model never sees a cut observation
+                self.messages.pop()
+                return
+            self._append(delta, model=False)
+
+    async def run(self) -> list[Trajectory]:
+        await self.reset()
+        while not self.done:
+            await self.generate_turn()
+            await self.step_env()
+        return self.trajectories()
+
+    # ---- results ----------------------------------------------------------------------
+    def trajectories(self) -> list[Trajectory]:
+        episode_return = sum(self.turn_rewards) + self.final_reward
+        metrics = {
+            "invalid_action_rate": self.invalid_actions / max(self.turn, 1),
+            "effective_action_rate": self.effective_actions / max(self.turn, 1),
+            "response_tokens": float(sum(self.mask) if not self.step_mode else sum(s.num_model_tokens for s in self.step_samples)),
+            "time/generate_s": self.gen_time,
+            "time/env_s": self.env_time,
+            "time/wait_s": self.wait_time,
+            "time/total_s": time.monotonic() - self.t_start,
+            "partial_resumes": float(self.partial_resumes),
+        }
+        common = dict(
+            final_reward=self.final_reward, episode_return=episode_return, success=self.success,
+            num_turns=self.turn, terminated=self.terminated, truncated=self.truncated,
+            failure=self.failure, failure_detail=self.failure_detail, env_tag=self.spec.tag,
+            env_id=self.cfg.env_id, group_id=self.spec.group_id, env_seed=self.spec.env_seed,
+            episode_id=self.spec.episode_id, metrics=metrics,
+        )
+        if self.step_mode and self.failure is None:
+            # an unfinished last turn (context limit before the env step) has no reward yet
+            samples = [s for s in self.step_samples if s.step_index < self.turn]
+            for s in samples:
+                for k, v in common.items():
+                    if k not in ("metrics",):
+                        setattr(s, k, v)
+                s.metrics = dict(metrics)
+            return samples
+        traj = Trajectory(
+            input_ids=list(self.ids), loss_mask=list(self.mask), logprobs=list(self.logprobs),
+            token_turns=list(self.tturns), token_versions=list(self.tversions),
+            turn_versions=list(self.turn_versions[: self.turn] if self.failure is None else self.turn_versions),
+            turn_rewards=list(self.turn_rewards), prompt_length=self.mask.index(1) if 1 in self.mask else len(self.mask),
+            messages=list(self.messages), **common,
+        )
+        return [traj]
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _render_turn(self, reward: float) -> str:
+        return format_turn(
+            self.cfg.turn_template, turn_idx=self.turn + 1, observation=self.observation,
+            actions_left=self.cfg.max_turns - self.turn, reward=reward, max_turns=self.cfg.max_turns,
+        )
+
+    def _window_prompt(self) -> list[int]:
+        """Step mode: the instruction stays in the first kept user turn; older turns drop out."""
+        w = max(self.mcfg.history_window, 0)
+        first_kept = max(self.turn - w, 0)
+        turns = self.messages[2 * first_kept:]
+        if first_kept > 0 and self.instruction:
+            turns = [{"role": "user", "content": f"{self.instruction}\n\n{turns[0]['content']}"}] + turns[1:]
+        return self.renderer.windowed_prompt(turns)
+
+    def _add_step_sample(self, prompt, out, lps, vers, close) -> None:
+        n_p, n_o, n_c = len(prompt), len(out), len(close)
+        self.step_samples.append(Trajectory(
+            input_ids=prompt + out + close,
+            loss_mask=[0] * n_p + [1] * n_o + [0] * n_c,
+            logprobs=[0.0] * n_p + lps + [0.0] * n_c,
+            token_turns=[-1] * n_p + [self.turn] * n_o + [-1] * n_c,
+            token_versions=[-1] * n_p + vers + [-1] * n_c,
+            turn_versions=[min(vers, default=self.control.version)],
+            prompt_length=n_p,
+            state_key=hashlib.sha1(f"{self.spec.tag}|{self.observation}".encode()).hexdigest()[:16],
+            step_index=self.turn,
+        ))
+
+    def _append(self, ids: list[int], model: bool, logprobs: Optional[list[float]] = None, versions: Optional[list[int]] = None) -> None:
+        n = len(ids)
+        self.ids += ids
+        self.mask += [1 if model else 0] * n
+        self.logprobs += logprobs if model else [0.0] * n
+        self.tturns += [self.turn if model else -1] * n
+        self.tversions += versions if model else [-1] * n
+
+    async def _env_call(self, fn, *args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return await self.runner.call(lambda: fn(*args, **kwargs), timeout=self.cfg.step_timeout_s)
+        except CallTimeout as e:
+            raise EpisodeFailure("env_timeout", str(e)) from None
+        except Exception as e:  # any error inside user env code is an env failure
+            raise EpisodeFailure("env_error", f"{type(e).__name__}: {e}") from None
+        finally:
+            self.env_time += time.monotonic() - t0
+
+    def _fail(self, f: EpisodeFailure) -> None:
+        self.failure, self.failure_detail, self.done = f.kind, f.detail, True
+        if f.kind in ("env_error", "env_timeout"):
+            self.env_broken = True

@@ -1,0 +1,36 @@
+"""Group filters: ``filter(trajectories_of_one_group, **args) -> keep: bool``.
+
+Registered in ``roll.registry.FILTERS`` and chosen by ``EnvManagerConfig.group_filter``;
+a rejected group is replaced by a new one (counted as ``rollout/groups_filtered``).
+"""
+from __future__ import annotations
+
+from roll.data.trajectory import Trajectory
+from roll.registry import FILTERS
+
+
+def _episode_returns(group: list[Trajectory]) -> list[float]:
+    seen: dict[str, float] = {}
+    for t in group:  # step-mode groups hold several samples per episode
+        seen.setdefault(t.episode_id, t.episode_return)
+    return list(seen.values())
+
+
+@FILTERS.register("zero_variance")
+def drop_zero_variance(group: list[Trajectory], eps: float = 1e-6) -> bool:
+    """Dynamic sampling: drop groups whose episode returns are all equal (no learning signal
+    for group-relative baselines)."""
+    returns = _episode_returns(group)
+    return len(returns) > 1 and max(returns) - min(returns) > eps
+
+
+@FILTERS.register("success_rate_band")
+def success_rate_band(group: list[Trajectory], low: float = 0.0, high: float = 1.0) -> bool:
+    """Keep groups whose success rate lies strictly inside (low, high) when they differ from the
+    defaults' closed band: with low=0, high=1 every group is kept; low=0.01, high=0.99 keeps only
+    groups with both successes and failures."""
+    seen: dict[str, bool] = {}
+    for t in group:
+        seen.setdefault(t.episode_id, bool(t.success))
+    rate = sum(seen.values()) / max(len(seen), 1)
+    return low <= rate <= high

@@ -1,0 +1,63 @@
+"""Rollout metrics with namespaced names.
+
+- ``env/<tag>/...``: success, return, num_turns, invalid_action_rate, truncated,
+  failures/<type> (per tag, over the episodes of the batch and the failures since the last batch);
+- ``rollout/...``: counters (failures by type, refills, filtered/dropped/stale groups,
+  partial resumes), staleness, throughput (trajectories/s, tokens/s);
+- ``timing/rollout/...``: get_batch wall time and the shares of episode time spent in
+  generation, env calls and waiting (router queue, suspension, scheduling).
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Iterable
+
+from roll.data.trajectory import Trajectory
+
+
+def _mean(xs: list[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, float]:
+    """Per-tag outcome metrics over one trajectory per episode (step-mode samples deduplicated)."""
+    by_tag: dict[str, list[Trajectory]] = defaultdict(list)
+    seen: set[str] = set()
+    for t in episodes:
+        if t.episode_id in seen:
+            continue
+        seen.add(t.episode_id)
+        by_tag[t.env_tag].append(t)
+    out: dict[str, float] = {}
+    every: list[Trajectory] = []
+    for tag, ts in by_tag.items():
+        every += ts
+        p = f"env/{tag}/"
+        out[p + "success"] = _mean([float(t.success) for t in ts])
+        out[p + "return"] = _mean([t.episode_return for t in ts])
+        out[p + "num_turns"] = _mean([float(t.num_turns) for t in ts])
+        out[p + "invalid_action_rate"] = _mean([t.metrics.get("invalid_action_rate", 0.0) for t in ts])
+        out[p + "effective_action_rate"] = _mean([t.metrics.get("effective_action_rate", 0.0) for t in ts])
+        out[p + "truncated"] = _mean([float(t.truncated) for t in ts])
+        out[p + "episodes"] = float(len(ts))
+    if every:
+        gen = sum(t.metrics.get("time/generate_s", 0.0) for t in every)
+        env = sum(t.metrics.get("time/env_s", 0.0) for t in every)
+        total = sum(t.metrics.get("time/total_s", 0.0) for t in every)
+        total = max(total, gen + env, 1e-9)
+        out["timing/rollout/generate_share"] = gen / total
+        out["timing/rollout/env_share"] = env / total
+        out["timing/rollout/wait_share"] = max(0.0, 1.0 - (gen + env) / total)
+        staleness = [version - t.min_version for t in every if t.min_version >= 0]
+        out["rollout/staleness/max"] = float(max(staleness, default=0))
+        out["rollout/staleness/mean"] = _mean([float(s) for s in staleness])
+        out["rollout/response_tokens/mean"] = _mean([t.metrics.get("response_tokens", 0.0) for t in every])
+        out["rollout/partial_resumes"] = float(sum(t.metrics.get("partial_resumes", 0.0) for t in every))
+    return out
+
+
+def counter_metrics(counters: Counter, failures_by_tag: Counter) -> dict[str, float]:
+    out = {f"rollout/{k}": float(v) for k, v in sorted(counters.items())}
+    for (tag, kind), v in sorted(failures_by_tag.items()):
+        out[f"env/{tag}/failures/{kind}"] = float(v)
+    return out

@@ -1,0 +1,134 @@
+"""Router: sends generation requests to inference workers.
+
+- load balancing: a new episode goes to the worker with the fewest outstanding requests
+  (in flight + queued for a slot);
+- sticky routing: every request of one episode (``request.meta["episode_id"]``) goes to the
+  same worker, so its prefix cache holds the growing conversation; ``release(episode_id)``
+  forgets the binding when the episode ends;
+- a bound of ``max_inflight_per_worker`` outstanding requests per worker; more wait in the
+  router rather than piling up inside an engine.
+
+A worker is a Ray actor handle (``generate.remote(request)`` returns a GenerationResult) or
+any local object with ``async generate(request)`` / ``async abort(request_ids)`` (an
+inference strategy, a scripted fake). The Router itself is an :class:`InferenceClient`.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from roll.strategies.base import GenerationRequest, GenerationResult
+
+
+@runtime_checkable
+class InferenceClient(Protocol):
+    """The only thing rollout needs from inference."""
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult: ...
+
+    async def abort(self, request_ids: list[str]) -> None: ...
+
+
+def _is_ray_handle(worker: Any) -> bool:
+    gen = getattr(worker, "generate", None)
+    return gen is not None and hasattr(gen, "remote")
+
+
+class _Slot:
+    def __init__(self, worker: Any, bound: int):
+        self.worker = worker
+        self.ray = _is_ray_handle(worker)
+        self.sem = asyncio.Semaphore(bound)
+        self.outstanding = 0  # in flight + waiting for the semaphore
+        self.inflight = 0
+        self.episodes = 0
+        self.served = 0
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        if self.ray:
+            return await self.worker.generate.remote(request)
+        return await self.worker.generate(request)
+
+    async def abort(self, request_ids: list[str]) -> None:
+        if self.ray:
+            await self.worker.abort.remote(request_ids)
+        else:
+            await self.worker.abort(request_ids)
+
+
+class Router:
+    """Load-balanced, sticky, bounded routing over inference workers."""
+
+    def __init__(self, workers: Sequence[Any], max_inflight_per_worker: int = 64):
+        if not workers:
+            raise ValueError("Router needs at least one inference worker")
+        if max_inflight_per_worker < 1:
+            raise ValueError(f"max_inflight_per_worker must be >= 1, got {max_inflight_per_worker}")
+        self.bound = max_inflight_per_worker
+        self._slots = [_Slot(w, max_inflight_per_worker) for w in workers]
+        self._sticky: dict[str, int] = {}
+        self._where: dict[str, int] = {}  # request id -> worker index, while outstanding
+        self._running: set[str] = set()  # request ids handed to a worker
+        self._aborted_waiting: set[str] = set()
+        self.max_inflight_seen = 0
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._slots)
+
+    def _pick(self, episode_id: str | None) -> int:
+        if episode_id is not None and episode_id in self._sticky:
+            return self._sticky[episode_id]
+        # fewest outstanding requests, then fewest bound episodes, then lowest index
+        idx = min(range(len(self._slots)), key=lambda i: (self._slots[i].outstanding, self._slots[i].episodes, i))
+        if episode_id is not None:
+            self._sticky[episode_id] = idx
+            self._slots[idx].episodes += 1
+        return idx
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        idx = self._pick(request.meta.get("episode_id"))
+        slot = self._slots[idx]
+        slot.outstanding += 1
+        self._where[request.request_id] = idx
+        try:
+            async with slot.sem:
+                if request.request_id in self._aborted_waiting:
+                    # aborted while queued here: the engine never saw it
+                    self._aborted_waiting.discard(request.request_id)
+                    return GenerationResult(request.request_id, [], [], finish_reason="abort")
+                slot.inflight += 1
+                self.max_inflight_seen = max(self.max_inflight_seen, slot.inflight)
+                self._running.add(request.request_id)
+                try:
+                    result = await slot.generate(request)
+                finally:
+                    slot.inflight -= 1
+                    self._running.discard(request.request_id)
+            slot.served += 1
+            return result
+        finally:
+            slot.outstanding -= 1
+            self._where.pop(request.request_id, None)
+            self._aborted_waiting.discard(request.request_id)
+
+    async def abort(self, request_ids: list[str]) -> None:
+        by_worker: dict[int, list[str]] = {}
+        for rid in request_ids:
+            if rid in self._running:
+                by_worker.setdefault(self._where[rid], []).append(rid)
+            elif rid in self._where:
+                self._aborted_waiting.add(rid)
+        await asyncio.gather(*(self._slots[i].abort(ids) for i, ids in by_worker.items()))
+
+    def release(self, episode_id: str) -> None:
+        """The episode ended: its worker binding is no longer needed."""
+        idx = self._sticky.pop(episode_id, None)
+        if idx is not None:
+            self._slots[idx].episodes -= 1
+
+    def stats(self) -> dict[str, float]:
+        out = {"rollout/router/max_inflight": float(self.max_inflight_seen)}
+        for i, s in enumerate(self._slots):
+            out[f"rollout/router/worker{i}/served"] = float(s.served)
+        return out

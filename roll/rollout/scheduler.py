@@ -1,0 +1,534 @@
+"""RolloutScheduler: per-sample episode lifecycle, group queues, staleness, suspend/resume.
+
+Usage from a pipeline (all methods are coroutines on one event loop; ``ThreadedScheduler``
+wraps them in blocking calls for synchronous drivers and keeps rollouts running in the
+background between calls)::
+
+    sched = RolloutScheduler(env_configs, train_env_manager, rollout_config, hosts,
+                             pad_token_id=tok.pad_token_id, seed=cfg.seed)
+    for step in range(max_steps):
+        out = await sched.get_batch(rollout_batch_size)   # RolloutBatch: .batch, .trajectories, .metrics
+        ... train on out.batch ...                         # async ratio > 0: rollouts continue meanwhile
+        await sched.suspend()                              # gate closed; in-flight requests aborted
+        ... sync weights to inference (version step+1) ...
+        await sched.set_policy_version(step + 1)
+        await sched.resume()                               # suspended turns continue under new weights
+
+``hosts`` are :class:`roll.workers.environment.EnvironmentWorker` objects (in-process) or
+their Ray actor handles; both expose the same coroutine methods.
+
+Modes (``RolloutConfig.mode``):
+- ``sync``: lockstep baseline. Every episode of the batch advances turn by turn together
+  (all generate, then all step), as simple frameworks do.
+- ``async``: each episode runs at its own pace (per-sample scheduling). With
+  ``async_generation_ratio`` r > 0, up to ceil(r x groups per batch) extra groups are kept in
+  production while the pipeline trains, and a sample is used only if its oldest turn is at
+  most ceil(r) versions behind the current policy (older ready groups are dropped and
+  counted; running episodes that fall behind stop early as ``stale`` and restart). With
+  r = 0, nothing runs between get_batch calls, and sync and async give identical batches.
+
+Weight updates (``RolloutConfig.on_weight_update``): ``partial`` aborts in-flight
+generation, keeps the partial tokens and the env state, and resumes the same turn under the
+new weights (token and turn versions record it); ``discard`` aborts and restarts episodes;
+``wait`` lets in-flight requests finish under the old weights.
+
+Groups: ``group_size`` episodes share an env seed. An episode that ends in an
+infrastructure failure never enters its group: its slot is rerun (same seed, new sampling
+seed) up to ``max_episode_retries`` times, after which the group is dropped. Filtered,
+dropped and stale groups are replaced by new groups up to ``max_group_refills`` per batch;
+past that the batch is returned short (``rollout/short_batch``). All of it is counted.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
+from roll.data.batch import Batch
+from roll.data.trajectory import FAILURE_TYPES, Trajectory, trajectories_to_batch
+from roll.registry import FILTERS
+from roll.rollout.env_manager import EpisodeSpec
+from roll.rollout.metrics import counter_metrics, episode_metrics
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+_ACTOR_DIED = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
+
+
+@dataclass
+class RolloutBatch:
+    """What get_batch returns."""
+
+    batch: Optional[Batch]
+    """Collated tensors (None when no group could be filled)."""
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+    groups: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    tag: str
+    index: int
+    env_seed: int
+    size: int
+    done: dict[int, list[Trajectory]] = field(default_factory=dict)
+    running: dict[int, str] = field(default_factory=dict)  # slot -> episode id
+    attempts: dict[int, int] = field(default_factory=dict)  # per slot: sampling-seed attempt number
+    failures: dict[int, int] = field(default_factory=dict)  # per slot: infrastructure failures
+    dropped: bool = False
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.tag}/{self.index}"
+
+    @property
+    def complete(self) -> bool:
+        return len(self.done) == self.size
+
+    def trajectories(self) -> list[Trajectory]:
+        return [t for slot in sorted(self.done) for t in self.done[slot]]
+
+    def min_version(self) -> int:
+        return min((t.min_version for t in self.trajectories() if t.min_version >= 0), default=-1)
+
+
+async def call_host(host: Any, method: str, *args: Any) -> Any:
+    fn = getattr(host, method)
+    if hasattr(fn, "remote"):
+        return await fn.remote(*args)
+    return await fn(*args)
+
+
+class RolloutScheduler:
+    """Produces training (or validation) batches of grouped episodes."""
+
+    def __init__(
+        self,
+        env_configs: dict[str, EnvConfig],
+        manager_config: EnvManagerConfig,
+        rollout_config: RolloutConfig,
+        hosts: Sequence[Any],
+        pad_token_id: int,
+        seed: int = 0,
+        validation: bool = False,
+    ):
+        if not hosts:
+            raise ValueError("RolloutScheduler needs at least one environment worker")
+        self.env_configs = dict(env_configs)
+        self.mcfg = manager_config
+        self.rcfg = rollout_config
+        self.hosts = list(hosts)
+        self.pad_token_id = pad_token_id
+        self.seed = seed
+        self.validation = validation
+        self.tags = list(manager_config.tags) or list(self.env_configs)
+        missing = [t for t in self.tags if t not in self.env_configs]
+        if missing:
+            raise ValueError(f"env manager tags {missing} are not in custom_envs ({sorted(self.env_configs)})")
+        if manager_config.num_groups_partition and len(manager_config.num_groups_partition) != len(self.tags):
+            raise ValueError(f"num_groups_partition {manager_config.num_groups_partition} needs one entry per tag {self.tags}")
+        self.mode = "async" if validation else rollout_config.mode
+        ratio = 0.0 if (validation or self.mode == "sync") else float(rollout_config.async_generation_ratio)
+        if ratio < 0:
+            raise ValueError(f"async_generation_ratio must be >= 0, got {ratio}")
+        self.ratio = ratio
+        self.max_staleness = math.ceil(ratio)
+        self.group_filter = None
+        if manager_config.group_filter and not validation:
+            fn = FILTERS.get(manager_config.group_filter)
+            args = dict(manager_config.group_filter_args)
+            self.group_filter = lambda trajs: bool(fn(trajs, **args))
+        self.version = 0
+        self._suspended = False
+        self._next_group = Counter()
+        self._episode_counter = 0
+        self._groups: dict[str, _Group] = {}
+        self._ready: dict[str, deque] = {t: deque() for t in self.tags}
+        self._demand: dict[str, int] = {}
+        self._ahead: dict[str, int] = {t: 0 for t in self.tags}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._episode_host: dict[str, int] = {}
+        self._host_load = [0] * len(self.hosts)
+        self._dead_hosts: set[int] = set()
+        self._sem: Optional[asyncio.Semaphore] = None
+        self._changed: Optional[asyncio.Event] = None
+        self._losses = 0
+        self._error: Optional[BaseException] = None
+        self.counters: Counter = Counter()
+        self.failures_by_tag: Counter = Counter()
+        self._hosts_configured = False
+
+    # ================================================================ public API
+    async def get_batch(self, n: int, timeout_s: Optional[float] = None) -> RolloutBatch:
+        """``n`` episodes (``n / group_size`` groups split over tags); step mode returns one
+        sample per turn of those episodes."""
+        await self._setup()
+        t0 = time.monotonic()
+        timeout_s = self.rcfg.get_batch_timeout_s if timeout_s is None else timeout_s
+        demand = self._split_groups(n)
+        if self.validation:
+            self._next_group = Counter()  # the same seeds every validation round
+        self._losses = 0
+        if self.mode == "sync":
+            groups = await self._lockstep_batch(demand, t0 + timeout_s)
+        else:
+            groups = await self._per_sample_batch(demand, t0 + timeout_s)
+        return self._assemble(groups, demand, time.monotonic() - t0)
+
+    async def suspend(self) -> None:
+        """Before a weight update: no new generation; in-flight requests per on_weight_update."""
+        await self._setup()
+        self._suspended = True
+        await asyncio.gather(*(call_host(h, "suspend") for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
+
+    async def set_policy_version(self, version: int) -> None:
+        """The inference workers now serve ``version``; new requests (and resumed turns) record it."""
+        await self._setup()
+        self.version = int(version)
+        await asyncio.gather(*(call_host(h, "set_policy_version", self.version) for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
+
+    async def resume(self) -> None:
+        """After a weight update: suspended turns continue, new episodes start."""
+        await self._setup()
+        self._suspended = False
+        await asyncio.gather(*(call_host(h, "resume") for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
+        self._fill()
+
+    async def shutdown(self) -> None:
+        """Cancel every running episode and close idle envs."""
+        for group in list(self._groups.values()):
+            await self._cancel_group(group)
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*(call_host(h, "shutdown") for i, h in enumerate(self.hosts) if i not in self._dead_hosts), return_exceptions=True)
+
+    # ================================================================ setup
+    async def _setup(self) -> None:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(max(1, self.mcfg.max_concurrent_episodes))
+            self._changed = asyncio.Event()
+        if not self._hosts_configured:
+            self._hosts_configured = True
+            stale = self.max_staleness if self.mode == "async" else None
+            await asyncio.gather(*(call_host(h, "set_max_staleness", stale) for h in self.hosts))
+
+    def _split_groups(self, n: int) -> dict[str, int]:
+        g = self.mcfg.group_size
+        if n <= 0 or n % g:
+            raise ValueError(f"batch size {n} must be a positive multiple of group_size {g}")
+        n_groups = n // g
+        part = list(self.mcfg.num_groups_partition)
+        if part:
+            if sum(part) != n_groups:
+                raise ValueError(f"num_groups_partition {part} sums to {sum(part)} groups but the batch needs {n_groups} ({n} / group_size {g})")
+            return dict(zip(self.tags, part))
+        base, extra = divmod(n_groups, len(self.tags))
+        return {t: base + (1 if i < extra else 0) for i, t in enumerate(self.tags)}
+
+    # ================================================================ groups and episodes
+    def _new_group(self, tag: str) -> _Group:
+        idx = self._next_group[tag]
+        self._next_group[tag] += 1
+        tag_offset = self.tags.index(tag) * 1_000_003  # keep tags' seed ranges apart
+        group = _Group(tag, idx, self.seed + self.mcfg.seed_offset + tag_offset + idx, self.mcfg.group_size)
+        self._groups[group.group_id] = group
+        return group
+
+    def _spec(self, group: _Group, slot: int) -> EpisodeSpec:
+        attempt = group.attempts.get(slot, 0)
+        self._episode_counter += 1
+        eid = f"{group.group_id}/{slot}/a{attempt}#{self._episode_counter}"
+        return EpisodeSpec(eid, group.tag, group.group_id, group.env_seed, slot, attempt)
+
+    def _pick_host(self) -> int:
+        live = [i for i in range(len(self.hosts)) if i not in self._dead_hosts]
+        if not live:
+            raise RuntimeError("every environment worker died")
+        return min(live, key=lambda i: (self._host_load[i], i))
+
+    def _launch(self, group: _Group, slot: int) -> None:
+        spec = self._spec(group, slot)
+        group.running[slot] = spec.episode_id
+        self._tasks[spec.episode_id] = asyncio.create_task(self._run_one(group, slot, spec))
+
+    async def _run_one(self, group: _Group, slot: int, spec: EpisodeSpec) -> None:
+        host = None
+        try:
+            async with self._sem:
+                if group.dropped:
+                    return
+                host = self._pick_host()
+                self._host_load[host] += 1
+                self._episode_host[spec.episode_id] = host
+                try:
+                    trajs = await call_host(self.hosts[host], "run_episode", spec)
+                except Exception as e:
+                    if type(e).__name__ not in _ACTOR_DIED:
+                        raise
+                    logger.error("environment worker %d died: %s", host, e)
+                    self._dead_hosts.add(host)
+                    trajs = [Trajectory(failure="worker_died", failure_detail=str(e), env_tag=spec.tag,
+                                        group_id=spec.group_id, env_seed=spec.env_seed, episode_id=spec.episode_id)]
+            self._on_episode(group, slot, spec, trajs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug, not an episode outcome: get_batch re-raises it
+            logger.exception("episode %s crashed the scheduler", spec.episode_id)
+            self._error = e
+            self._notify()
+        finally:
+            if host is not None:
+                self._host_load[host] -= 1
+            self._episode_host.pop(spec.episode_id, None)
+            self._tasks.pop(spec.episode_id, None)
+
+    def _on_episode(self, group: _Group, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> None:
+        if group.running.get(slot) == spec.episode_id:
+            del group.running[slot]
+        if group.dropped:
+            return
+        failure = next((t.failure for t in trajs if t.failure is not None), None)
+        if failure == "cancelled":
+            return
+        if failure is None:
+            group.done[slot] = trajs
+        else:
+            self._count_failure(spec.tag, failure, trajs)
+            group.attempts[slot] = group.attempts.get(slot, 0) + 1  # a new sampling seed
+            restart = failure in ("stale", "discarded")  # not an infrastructure failure: no retry budget used
+            if not restart:
+                group.failures[slot] = group.failures.get(slot, 0) + 1
+            if restart or group.failures[slot] <= self.mcfg.max_episode_retries:
+                self.counters["episode_restarts" if restart else "episode_retries"] += 1
+                self._launch(group, slot)
+            else:
+                self.counters["groups_dropped"] += 1
+                self._lose(group)
+        if group.complete and not group.dropped:
+            del self._groups[group.group_id]
+            if self.group_filter is not None and not self.group_filter(group.trajectories()):
+                self.counters["groups_filtered"] += 1
+                self._losses += 1
+            else:
+                self._ready[group.tag].append(group)
+        self._notify()
+        self._fill()
+
+    def _count_failure(self, tag: str, failure: str, trajs: list[Trajectory]) -> None:
+        if failure in FAILURE_TYPES:
+            self.counters[f"failures/{failure}"] += 1
+            self.failures_by_tag[(tag, failure)] += 1
+            logger.warning("episode %s failed (%s): %s", trajs[0].episode_id, failure, trajs[0].failure_detail)
+        else:
+            self.counters[failure] += 1  # stale / discarded restarts
+
+    def _lose(self, group: _Group) -> None:
+        group.dropped = True
+        self._groups.pop(group.group_id, None)
+        self._losses += 1
+        if group.running:
+            asyncio.ensure_future(self._cancel_group(group))
+
+    async def _cancel_group(self, group: _Group) -> None:
+        group.dropped = True
+        self._groups.pop(group.group_id, None)
+        by_host: dict[int, list[str]] = {}
+        for eid in group.running.values():
+            if eid in self._episode_host:
+                by_host.setdefault(self._episode_host[eid], []).append(eid)
+            elif eid in self._tasks:
+                self._tasks[eid].cancel()  # still waiting for a concurrency slot
+        await asyncio.gather(*(call_host(self.hosts[h], "cancel", ids) for h, ids in by_host.items() if h not in self._dead_hosts))
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def _open_groups(self, tag: str) -> int:
+        return sum(1 for g in self._groups.values() if g.tag == tag)
+
+    def _fill(self) -> None:
+        """Launch groups until each tag has its demand (plus redundancy) and ahead share in flight."""
+        if self._suspended or self.mode == "sync" or self._sem is None:
+            return
+        if self._losses > self.mcfg.max_group_refills:
+            return
+        for tag in self.tags:
+            demand = self._demand.get(tag, 0)
+            # lost groups leave self._groups, so they are replaced here (refills) within the budget
+            want = math.ceil(demand * (1.0 + self.mcfg.redundancy)) + self._ahead[tag]
+            have = len(self._ready[tag]) + self._open_groups(tag)
+            while have < want:
+                group = self._new_group(tag)
+                for slot in range(group.size):
+                    self._launch(group, slot)
+                have += 1
+
+    def _take_ready(self, tag: str, k: int) -> list[_Group]:
+        out = []
+        q = self._ready[tag]
+        while q and len(out) < k:
+            group = q.popleft()
+            oldest = group.min_version()
+            if self.mode == "async" and oldest >= 0 and oldest < self.version - self.max_staleness:
+                self.counters["stale_groups_dropped"] += 1
+                self._losses += 1
+                continue
+            out.append(group)
+        return out
+
+    # ================================================================ async (per-sample)
+    async def _per_sample_batch(self, demand: dict[str, int], deadline: float) -> list[_Group]:
+        self._demand = dict(demand)
+        for tag, k in demand.items():
+            self._ahead[tag] = math.ceil(self.ratio * k)
+        taken: dict[str, list[_Group]] = {t: [] for t in self.tags}
+        try:
+            while True:
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise RuntimeError(f"rollout failed: {error}") from error
+                for tag in self.tags:
+                    need = demand[tag] - len(taken[tag])
+                    if need > 0:
+                        taken[tag] += self._take_ready(tag, need)
+                        self._demand[tag] = demand[tag] - len(taken[tag])
+                if all(len(taken[t]) >= demand[t] for t in self.tags):
+                    break
+                self._fill()
+                lacking = [t for t in self.tags if len(taken[t]) < demand[t]]
+                if all(self._open_groups(t) == 0 and not self._ready[t] for t in lacking):
+                    if self._suspended:
+                        raise RuntimeError("get_batch called while the scheduler is suspended; call resume() first")
+                    self.counters["short_batch"] += 1
+                    logger.error("group refills exhausted (%d losses): returning a short batch", self._losses)
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(self._timeout_message(demand, taken))
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout=remaining)
+                except asyncio.TimeoutError:
+                    raise TimeoutError(self._timeout_message(demand, taken)) from None
+        finally:
+            self._demand = {}
+        if self.ratio == 0:
+            # nothing may run between batches at ratio 0: redundant groups are cancelled
+            leftovers = list(self._groups.values())
+            if leftovers:
+                self.counters["redundant_groups_cancelled"] += len(leftovers)
+            for group in leftovers:
+                await self._cancel_group(group)
+            for tag in self.tags:
+                self._ready[tag].clear()
+        else:
+            self._fill()  # keep producing ahead while the pipeline trains
+        return [g for t in self.tags for g in taken[t]]
+
+    def _timeout_message(self, demand: dict[str, int], taken: dict[str, list]) -> str:
+        have = {t: len(taken[t]) for t in self.tags}
+        return (f"get_batch timed out: groups per tag {have} of {demand}; {len(self._tasks)} episodes running, "
+                f"failures so far {dict(self.counters)}")
+
+    # ================================================================ sync (lockstep)
+    async def _lockstep_batch(self, demand: dict[str, int], deadline: float) -> list[_Group]:
+        taken: dict[str, list[_Group]] = {t: [] for t in self.tags}
+        pending: list[tuple[_Group, int]] = []
+        for tag in self.tags:
+            for _ in range(demand[tag]):
+                group = self._new_group(tag)
+                pending += [(group, s) for s in range(group.size)]
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(self._timeout_message(demand, taken))
+            results = await asyncio.wait_for(self._lockstep_round(pending), timeout=max(deadline - time.monotonic(), 0.001))
+            pending = []
+            for group, slot, spec, trajs in results:
+                failure = next((t.failure for t in trajs if t.failure is not None), None)
+                if failure is None:
+                    group.done[slot] = trajs
+                    continue
+                self._count_failure(spec.tag, failure, trajs)
+                group.attempts[slot] = group.attempts.get(slot, 0) + 1
+                group.failures[slot] = group.failures.get(slot, 0) + 1
+                if group.failures[slot] <= self.mcfg.max_episode_retries:
+                    self.counters["episode_retries"] += 1
+                    pending.append((group, slot))
+                elif not group.dropped:
+                    self.counters["groups_dropped"] += 1
+                    group.dropped = True
+                    self._losses += 1
+            for group in {id(g): g for g, *_ in results}.values():
+                if group.dropped or not group.complete or group.group_id not in self._groups:
+                    continue
+                del self._groups[group.group_id]
+                if self.group_filter is not None and not self.group_filter(group.trajectories()):
+                    self.counters["groups_filtered"] += 1
+                    self._losses += 1
+                else:
+                    taken[group.tag].append(group)
+            pending = [(g, s) for g, s in pending if not g.dropped]
+            for tag in self.tags:
+                lost = demand[tag] - len(taken[tag]) - len({id(g) for g, _ in pending if g.tag == tag})
+                while lost > 0 and self._losses <= self.mcfg.max_group_refills:
+                    group = self._new_group(tag)
+                    pending += [(group, s) for s in range(group.size)]
+                    lost -= 1
+        for g in list(self._groups.values()):
+            if g.dropped:
+                self._groups.pop(g.group_id, None)
+        if any(len(taken[t]) < demand[t] for t in self.tags):
+            self.counters["short_batch"] += 1
+        return [g for t in self.tags for g in taken[t]]
+
+    async def _lockstep_round(self, items: list[tuple[_Group, int]]) -> list[tuple[_Group, int, EpisodeSpec, list[Trajectory]]]:
+        """All episodes advance together: reset all, then (generate all, step all) per turn."""
+        specs = []
+        for i, (group, slot) in enumerate(items):
+            spec = self._spec(group, slot)
+            host = self._pick_host()
+            self._host_load[host] += 1
+            specs.append((group, slot, spec, host))
+        active = await asyncio.gather(*(call_host(self.hosts[h], "start_episode", s) for _, _, s, h in specs))
+        live = [x for x, ok in zip(specs, active) if ok]
+        while live:
+            ok = await asyncio.gather(*(call_host(self.hosts[h], "generate_turn", s.episode_id) for _, _, s, h in live))
+            ok2 = await asyncio.gather(*(call_host(self.hosts[h], "step_env", s.episode_id) for _, _, s, h in live))
+            live = [x for x, a, b in zip(live, ok, ok2) if a and b]
+        out = []
+        for group, slot, spec, host in specs:
+            trajs = await call_host(self.hosts[host], "finish_episode", spec.episode_id)
+            self._host_load[host] -= 1
+            out.append((group, slot, spec, trajs))
+        return out
+
+    # ================================================================ batch
+    def _assemble(self, groups: list[_Group], demand: dict[str, int], elapsed: float) -> RolloutBatch:
+        order = {t: i for i, t in enumerate(self.tags)}
+        groups = sorted(groups, key=lambda g: (order[g.tag], g.index))
+        trajs = [t for g in groups for t in g.trajectories()]
+        metrics = episode_metrics(trajs, self.version)
+        metrics.update(counter_metrics(self.counters, self.failures_by_tag))
+        self.counters = Counter()
+        self.failures_by_tag = Counter()
+        tokens = sum(t.num_model_tokens for t in trajs)
+        episodes = len({t.episode_id for t in trajs})
+        metrics["timing/rollout/get_batch_s"] = elapsed
+        metrics["rollout/throughput/trajectories_per_s"] = episodes / max(elapsed, 1e-9)
+        metrics["rollout/throughput/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+        metrics["rollout/groups"] = float(len(groups))
+        metrics["rollout/groups_requested"] = float(sum(demand.values()))
+        metrics["rollout/policy_version"] = float(self.version)
+        batch = trajectories_to_batch(trajs, self.pad_token_id) if trajs else None
+        if batch is not None:
+            batch.meta["metrics"] = dict(metrics)
+            batch.meta["policy_version"] = self.version
+        return RolloutBatch(batch, trajs, metrics, [g.group_id for g in groups])

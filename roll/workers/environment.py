@@ -1,0 +1,232 @@
+"""EnvironmentWorker: hosts many concurrent episodes (EnvManagers) on one event loop.
+
+The same class runs in-process (the scheduler awaits its methods directly) or as a Ray
+actor (``ray.remote(EnvironmentWorker)``, async actor, methods called with ``.remote``).
+Each env instance has its own daemon thread, so a slow or hung env never blocks the other
+episodes or the generation path; envs are pooled per tag and reused, except an env whose
+call raised or timed out, which is discarded.
+
+Per-sample mode calls ``run_episode``; the lockstep baseline calls ``start_episode``,
+``generate_turn``, ``step_env`` and ``finish_episode`` for all episodes of a batch in
+turn. Weight updates go through ``suspend`` / ``set_policy_version`` / ``resume``.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections import Counter
+from typing import Any, Callable, Optional, Sequence
+
+from roll.config.roles import GeneratingArgs
+from roll.config.rollout import EnvConfig, EnvManagerConfig
+from roll.data.trajectory import Trajectory
+from roll.rollout.chat import ChatRenderer
+from roll.rollout.control import CallTimeout, RolloutControl, ThreadRunner
+from roll.rollout.env_manager import EnvManager, EpisodeSpec
+from roll.rollout.router import Router
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+ENVS_MODULE = "roll.envs"  # imported by name: roll/ never imports roll.envs statically
+
+
+def make_env(env_id: str, env_kwargs: dict) -> Any:
+    import gymnasium
+
+    return gymnasium.make(env_id, **env_kwargs)
+
+
+class EnvironmentWorker:
+    """Runs episodes of the configured env tags against a Router over inference workers."""
+
+    def __init__(
+        self,
+        env_configs: dict[str, EnvConfig],
+        manager_config: EnvManagerConfig,
+        generating_args: GeneratingArgs,
+        tokenizer: Any,
+        inference_workers: Sequence[Any],
+        max_inflight_per_worker: int = 64,
+        on_weight_update: str = "partial",
+        max_staleness: Optional[int] = None,
+        imports: Sequence[str] = (),
+        setup: Optional[Callable[[], Any]] = None,
+        name: str = "env-worker",
+    ):
+        try:
+            importlib.import_module(ENVS_MODULE)
+        except ModuleNotFoundError as e:
+            if e.name != ENVS_MODULE:
+                raise
+        for module in imports:
+            importlib.import_module(module)
+        if setup is not None:
+            setup()  # e.g. registers a user's env in a fresh Ray worker process
+        if isinstance(tokenizer, str):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        self.tokenizer = tokenizer
+        self.env_configs = dict(env_configs)
+        self.mcfg = manager_config
+        self.gen = generating_args
+        self.name = name
+        self._renderers = {tag: ChatRenderer(tokenizer, cfg.system_prompt) for tag, cfg in self.env_configs.items()}
+        self._inference_workers = list(inference_workers)
+        self._max_inflight = max_inflight_per_worker
+        self._on_update = on_weight_update
+        self._max_staleness = max_staleness
+        self._router: Optional[Router] = None
+        self._control: Optional[RolloutControl] = None
+        self._idle_envs: dict[str, list[tuple[Any, ThreadRunner]]] = {tag: [] for tag in self.env_configs}
+        self._active: dict[str, EnvManager] = {}
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._failed_starts: dict[str, Trajectory] = {}
+        self._last_create_error = ""
+        self.counters: Counter = Counter()
+
+    # built on first use, inside the event loop that runs the episodes
+    @property
+    def router(self) -> Router:
+        if self._router is None:
+            self._router = Router(self._inference_workers, self._max_inflight)
+        return self._router
+
+    @property
+    def control(self) -> RolloutControl:
+        if self._control is None:
+            self._control = RolloutControl(0, self._max_staleness, self._on_update)
+        return self._control
+
+    def num_active(self) -> int:
+        return len(self._active)
+
+    # ---- per-sample -------------------------------------------------------------------
+    async def run_episode(self, spec: EpisodeSpec) -> list[Trajectory]:
+        manager = await self._create(spec)
+        if manager is None:
+            return [self._env_failure(spec)]
+        self._active[spec.episode_id] = manager
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[spec.episode_id] = task
+        try:
+            return await manager.run()
+        except asyncio.CancelledError:
+            # cancel() asked for it (a redundant or dropped group); report, do not raise,
+            # so a Ray caller sees a normal return
+            self.counters["episodes_cancelled"] += 1
+            manager.failure, manager.done = "cancelled", True
+            return manager.trajectories()
+        finally:
+            self._tasks.pop(spec.episode_id, None)
+            self._release(manager)
+
+    async def cancel(self, episode_ids: list[str]) -> None:
+        """Stop these per-sample episodes; their run_episode returns failure ``cancelled``."""
+        for eid in episode_ids:
+            task = self._tasks.get(eid)
+            if task is not None:
+                task.cancel()
+
+    # ---- lockstep ---------------------------------------------------------------------
+    async def start_episode(self, spec: EpisodeSpec) -> bool:
+        manager = await self._create(spec)
+        if manager is None:
+            self._failed_starts[spec.episode_id] = self._env_failure(spec)
+            return False
+        self._active[spec.episode_id] = manager
+        await manager.reset()
+        return not manager.done
+
+    async def generate_turn(self, episode_id: str) -> bool:
+        manager = self._active.get(episode_id)
+        if manager is not None:
+            await manager.generate_turn()
+        return manager is not None and not manager.done
+
+    async def step_env(self, episode_id: str) -> bool:
+        manager = self._active.get(episode_id)
+        if manager is not None:
+            await manager.step_env()
+        return manager is not None and not manager.done
+
+    async def finish_episode(self, episode_id: str) -> list[Trajectory]:
+        failed = self._failed_starts.pop(episode_id, None)
+        if failed is not None:
+            return [failed]
+        manager = self._active[episode_id]
+        self._release(manager)
+        return manager.trajectories()
+
+    # ---- weight updates ---------------------------------------------------------------
+    async def suspend(self) -> None:
+        await self.control.suspend(self.router.abort)
+
+    async def resume(self) -> None:
+        self.control.resume()
+
+    async def set_policy_version(self, version: int) -> None:
+        self.control.version = int(version)
+
+    async def set_max_staleness(self, max_staleness: Optional[int]) -> None:
+        self.control.max_staleness = max_staleness
+
+    async def stats(self) -> dict[str, float]:
+        out = {f"rollout/env_worker/{k}": float(v) for k, v in self.counters.items()}
+        out.update(self.router.stats())
+        return out
+
+    async def shutdown(self) -> None:
+        for envs in self._idle_envs.values():
+            for env, runner in envs:
+                runner.close()
+                _close_quietly(env)
+            envs.clear()
+
+    # ---- env pool ---------------------------------------------------------------------
+    async def _create(self, spec: EpisodeSpec) -> Optional[EnvManager]:
+        if spec.tag not in self.env_configs:
+            raise KeyError(f"unknown env tag {spec.tag!r}; configured: {sorted(self.env_configs)}")
+        cfg = self.env_configs[spec.tag]
+        pool = self._idle_envs[spec.tag]
+        if pool:
+            env, runner = pool.pop()
+        else:
+            runner = ThreadRunner(f"{self.name}-{spec.tag}-env")
+            try:
+                env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+            except (CallTimeout, Exception) as e:  # counted as an env failure of this episode
+                runner.close()
+                self._last_create_error = f"{type(e).__name__}: {e}"
+                self.counters["env_create_failures"] += 1
+                logger.warning("creating env %s for tag %s failed: %s", cfg.env_id, spec.tag, e)
+                return None
+            self.counters["envs_created"] += 1
+        return EnvManager(spec, env, runner, cfg, self.mcfg, self.gen, self._renderers[spec.tag], self.router, self.control)
+
+    def _release(self, manager: EnvManager) -> None:
+        self._active.pop(manager.spec.episode_id, None)
+        self.router.release(manager.spec.episode_id)
+        if manager.env_broken or manager.runner.broken:
+            manager.runner.close()
+            self.counters["envs_discarded"] += 1
+            if not manager.runner.broken:
+                _close_quietly(manager.env)
+        else:
+            self._idle_envs[manager.spec.tag].append((manager.env, manager.runner))
+
+    def _env_failure(self, spec: EpisodeSpec) -> Trajectory:
+        return Trajectory(
+            failure="env_error", failure_detail=self._last_create_error or "env creation failed",
+            env_tag=spec.tag, env_id=self.env_configs[spec.tag].env_id, group_id=spec.group_id,
+            env_seed=spec.env_seed, episode_id=spec.episode_id,
+        )
+
+
+def _close_quietly(env: Any) -> None:
+    try:
+        env.close()
+    except Exception as e:  # closing is best effort; a broken env is already discarded
+        logger.debug("env.close failed: %s", e)
