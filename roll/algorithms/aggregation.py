@@ -2,8 +2,9 @@
 
 The normalisers are the token and sequence counts of the whole mini-batch across all
 data-parallel ranks, never of one micro-batch. With them, summing the micro-batch losses
-(gradient accumulation) and averaging gradients over ranks (DDP/FSDP all-reduce mean, hence
-the ``dp_size`` factor) gives exactly the gradient of the mini-batch loss, for every mode.
+(gradient accumulation) and averaging gradients over ranks (DDP/FSDP all-reduce mean, undone
+by a ``dp_size`` factor: the training strategy applies it before backward, or pass
+``dp_size`` here) gives exactly the gradient of the mini-batch loss, for every mode.
 
 Modes (``L`` the loss matrix, ``M`` the loss mask, ``n_i = sum_t M_it``, ``N_tok`` the global
 token count, ``N_seq`` the global count of sequences with at least one loss token):

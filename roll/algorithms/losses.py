@@ -11,21 +11,25 @@ Policy loss signature (all [B, T], aligned to ``input_ids``; position 0 is never
 
 Contract with the training strategy
 -----------------------------------
-The strategy splits a mini-batch into micro-batches and calls
+The strategy (``roll.strategies.torch_train``) splits a mini-batch into micro-batches and calls
 ``loss_fn(micro_batch: Batch, logprobs [b, T], extra: dict) -> (loss scalar, metrics)``
-(for the critic the second argument is the value predictions [b, T], aligned like logprobs).
-Before that it sets, in every ``micro_batch.meta``:
+(for the critic ``logprobs`` is None and ``extra["values"]`` holds the value predictions
+[b, T], aligned like logprobs). Before that it sets, in every ``micro_batch.meta``:
 
 - ``global_num_tokens``: sum of ``response_mask`` over the whole mini-batch on ALL dp ranks;
-- ``global_num_seqs``: rows with at least one ``response_mask`` token, same scope;
+- ``global_num_seqs``: number of sequences of the whole mini-batch on all dp ranks (the
+  recommended count is rows with at least one ``response_mask`` token, as
+  :func:`roll.algorithms.aggregation.loss_normalizers` counts; rows without loss tokens only
+  add to the denominator, so any consistent count keeps the invariance);
 - ``dp_size``: the number of data-parallel ranks.
 
-(:func:`roll.algorithms.aggregation.loss_normalizers` gives the local counts to all-reduce
-with SUM; :func:`set_loss_normalizers` does it for single-process use and tests.) The
-returned loss is already normalised and multiplied by ``dp_size``: SUMMING micro-batch
-gradients and then AVERAGING over ranks (the usual all-reduce mean) gives exactly the
-mini-batch loss gradient. The strategy must NOT divide by the number of accumulation steps.
-``extra["entropy"]`` [b, T] is needed when ``loss_fn.needs_entropy`` is true.
+The returned loss is this micro-batch's share of the mini-batch loss (normalised by the
+GLOBAL counts), so SUMMING micro-batch gradients gives the gradient of the loss over this
+rank's rows; the strategy multiplies it by ``dp_size`` before ``backward`` so that the
+all-reduce MEAN over ranks yields exactly the whole mini-batch's gradient. The strategy does
+NOT divide by the number of accumulation steps. (:func:`set_loss_normalizers` fills the meta
+for single-process use and tests.) ``extra["entropy"]`` [b, T] is needed when
+``loss_fn.needs_entropy`` is true.
 
 Micro-batch tensors read (names are the contract): ``response_mask``, ``advantages``,
 ``old_logprobs``, ``ref_logprobs`` (with ``use_kl_loss``), ``infer_logprobs`` (with
@@ -156,14 +160,14 @@ def set_loss_normalizers(micro_batches: Sequence[Batch], dp_size: int = 1, mask_
         mb.meta.update(global_num_tokens=tokens, global_num_seqs=seqs, dp_size=dp_size)
 
 
-def _normalizers(mb: Batch) -> tuple[float, float, int]:
-    missing = [k for k in ("global_num_tokens", "global_num_seqs", "dp_size") if k not in mb.meta]
+def _normalizers(mb: Batch) -> tuple[float, float]:
+    missing = [k for k in ("global_num_tokens", "global_num_seqs") if k not in mb.meta]
     if missing:
         raise KeyError(
             f"micro_batch.meta lacks {missing}: the training strategy must set the mini-batch totals "
             f"(see roll.algorithms.losses docstring, or call set_loss_normalizers)"
         )
-    return float(mb.meta["global_num_tokens"]), float(mb.meta["global_num_seqs"]), int(mb.meta["dp_size"])
+    return float(mb.meta["global_num_tokens"]), float(mb.meta["global_num_seqs"])
 
 
 def _tensor(mb: Batch, key: str, like: torch.Tensor, why: str = "") -> torch.Tensor:
@@ -191,7 +195,7 @@ def make_actor_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dict
 
     def loss_fn(micro_batch: Batch, logprobs: torch.Tensor, extra: Optional[dict] = None) -> tuple[torch.Tensor, dict[str, float]]:
         extra = extra or {}
-        n_tok, n_seq, dp = _normalizers(micro_batch)
+        n_tok, n_seq = _normalizers(micro_batch)
         mask = _tensor(micro_batch, "response_mask", logprobs)
         adv = _tensor(micro_batch, "advantages", logprobs)
         old = _tensor(micro_batch, "old_logprobs", logprobs)
@@ -200,7 +204,7 @@ def make_actor_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dict
         entropy = extra.get("entropy")
 
         def agg(x: torch.Tensor) -> torch.Tensor:
-            return aggregate_loss(x, mask, cfg.loss_agg_mode, n_tok, n_seq, cfg.loss_agg_norm_constant, dp)
+            return aggregate_loss(x, mask, cfg.loss_agg_mode, n_tok, n_seq, cfg.loss_agg_norm_constant)
 
         out = policy_fn(logprobs, old, adv, mask, cfg, infer_logprobs=infer, ref_logprobs=ref, entropy=entropy)
         loss_mat = out.loss_mat
@@ -233,18 +237,23 @@ def make_actor_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dict
 
 
 def make_critic_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dict]], tuple[torch.Tensor, dict[str, float]]]:
-    """The critic's ``loss_fn(micro_batch, values, extra) -> (loss, metrics)``:
+    """The critic's ``loss_fn(micro_batch, values_or_None, extra) -> (loss, metrics)`` (values as
+    the second argument or in ``extra["values"]``):
     ``value_loss_coef`` * clipped value loss, aggregated like the actor's."""
     _check_config(cfg)
 
-    def loss_fn(micro_batch: Batch, values: torch.Tensor, extra: Optional[dict] = None) -> tuple[torch.Tensor, dict[str, float]]:
-        n_tok, n_seq, dp = _normalizers(micro_batch)
+    def loss_fn(micro_batch: Batch, values: Optional[torch.Tensor], extra: Optional[dict] = None) -> tuple[torch.Tensor, dict[str, float]]:
+        if values is None:  # torch_train passes the critic's predictions in extra
+            values = (extra or {}).get("values")
+            if values is None:
+                raise KeyError("critic loss_fn needs value predictions: extra['values'] [b, T]")
+        n_tok, n_seq = _normalizers(micro_batch)
         mask = _tensor(micro_batch, "response_mask", values)
         returns = _tensor(micro_batch, "returns", values)
         old_key = "old_values" if "old_values" in micro_batch.tensors else "values"
         old = values.detach() if cfg.value_clip is None else _tensor(micro_batch, old_key, values, " (rollout-time critic values for value clipping)")
         out = value_loss(values, old, returns, mask, cfg.value_clip)
-        loss = cfg.value_loss_coef * aggregate_loss(out.loss_mat, mask, cfg.loss_agg_mode, n_tok, n_seq, cfg.loss_agg_norm_constant, dp)
+        loss = cfg.value_loss_coef * aggregate_loss(out.loss_mat, mask, cfg.loss_agg_mode, n_tok, n_seq, cfg.loss_agg_norm_constant)
         metrics = dict(out.metrics)
         metrics["critic/vf_loss"] = _f(masked_mean(out.loss_mat, mask))
         metrics["critic/vpred_mean"] = _f(masked_mean(values, mask))

@@ -1,0 +1,288 @@
+"""Advantage estimators against the float64 loop references, a hand-worked multi-turn GAE
+example, and the edge cases every registered estimator must survive."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from algo_reference import (
+    random_batch,
+    ref_gae,
+    ref_gigpo,
+    ref_grpo,
+    ref_reinforce,
+    ref_reinforce_pp,
+    ref_rloo,
+)
+from roll.algorithms.advantages import AdvantageInputs, compute_advantages
+from roll.config.algorithm import AlgorithmConfig, RewardNormConfig
+from roll.registry import ADVANTAGES
+
+SEEDS = [0, 1, 2, 3, 4]
+
+
+def cfg_for(estimator: str, **kw) -> AlgorithmConfig:
+    norm = kw.pop("reward_norm", None)
+    cfg = AlgorithmConfig(adv_estimator=estimator, **kw)
+    if norm is not None:
+        cfg.reward_norm = RewardNormConfig(**norm)
+    return cfg
+
+
+def inputs_of(rb, with_turn_ids: bool = True) -> AdvantageInputs:
+    return AdvantageInputs(
+        token_rewards=rb.token_rewards.clone(),
+        response_mask=rb.response_mask.clone(),
+        group_ids=list(rb.group_ids),
+        values=rb.values.clone(),
+        turn_ids=rb.turn_ids.clone() if with_turn_ids else None,
+        tags=list(rb.tags),
+    )
+
+
+def step_mode_batch(seed: int):
+    """GiGPO step-mode samples: groups of episodes from one seed; each step is one row with a
+    single turn; states drawn from a small set so that identical states recur (anchors)."""
+    rng = random.Random(seed)
+    rows = []
+    for g in range(3):
+        for e in range(rng.randint(1, 4)):
+            n_steps = rng.randint(1, 4)
+            for s in range(n_steps):
+                rows.append((f"g{g}", f"g{g}e{e}", s, f"state{rng.randint(0, 2)}", rng.choice([0.0, 0.0, 1.0, -0.1, 0.5])))
+    rng.shuffle(rows)  # estimators must not rely on order
+    B, T = len(rows), 6
+    rewards = torch.zeros(B, T, dtype=torch.float64)
+    mask = torch.zeros(B, T, dtype=torch.float64)
+    for i, (_, _, _, _, r) in enumerate(rows):
+        n = rng.randint(1, 4)
+        mask[i, 1:1 + n] = 1
+        rewards[i, n] = r
+    inputs = AdvantageInputs(
+        token_rewards=rewards, response_mask=mask, group_ids=[r[0] for r in rows],
+        episode_ids=[r[1] for r in rows], step_ids=[r[2] for r in rows], state_keys=[r[3] for r in rows],
+        tags=["t"] * B,
+    )
+    return inputs, rows
+
+
+# ---- reference comparisons -----------------------------------------------------------------
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma,lambd,tg,tl", [(1.0, 1.0, 1.0, 1.0), (0.9, 0.8, 0.97, 0.5), (0.5, 0.95, 1.0, 0.95)])
+@pytest.mark.parametrize("with_turn_ids", [True, False])
+def test_gae_matches_reference(seed, gamma, lambd, tg, tl, with_turn_ids):
+    rb = random_batch(seed)
+    cfg = cfg_for("gae", gamma=gamma, lambd=lambd, token_gamma=tg, token_lambd=tl)
+    out = compute_advantages(inputs_of(rb, with_turn_ids), cfg)
+    adv, ret = ref_gae(rb.token_rewards, rb.response_mask, rb.values, rb.turn_ids, gamma, lambd, tg, tl)
+    torch.testing.assert_close(out.advantages, adv, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out.returns, ret, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("group_by", ["group", "batch", "tag"])
+@pytest.mark.parametrize("method", ["mean_std", "mean", "none"])
+def test_grpo_matches_reference(seed, group_by, method):
+    rb = random_batch(seed, group_sizes=(3, 1, 5, 2, 4))
+    cfg = cfg_for("grpo", reward_norm={"group_by": group_by, "method": method})
+    out = compute_advantages(inputs_of(rb), cfg)
+    ref = ref_grpo(rb.token_rewards, rb.response_mask, rb.group_ids, rb.tags, group_by, method)
+    torch.testing.assert_close(out.advantages, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rloo_matches_reference(seed):
+    rb = random_batch(seed, group_sizes=(3, 1, 5, 2))
+    out = compute_advantages(inputs_of(rb), cfg_for("rloo"))
+    torch.testing.assert_close(out.advantages, ref_rloo(rb.token_rewards, rb.response_mask, rb.group_ids), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma,tg", [(1.0, 1.0), (0.9, 0.99)])
+@pytest.mark.parametrize("group_by,method", [("group", "mean_std"), ("tag", "mean"), ("batch", "none"), ("batch", "mean_std")])
+def test_reinforce_matches_reference(seed, gamma, tg, group_by, method):
+    rb = random_batch(seed)
+    cfg = cfg_for("reinforce", gamma=gamma, token_gamma=tg, reward_norm={"group_by": group_by, "method": method})
+    out = compute_advantages(inputs_of(rb), cfg)
+    ref = ref_reinforce(rb.token_rewards, rb.response_mask, rb.turn_ids, rb.group_ids, rb.tags, gamma, tg, group_by, method)
+    torch.testing.assert_close(out.advantages, ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma,tg", [(1.0, 1.0), (0.9, 0.99)])
+@pytest.mark.parametrize("group_baseline", [False, True])
+def test_reinforce_pp_matches_reference(seed, gamma, tg, group_baseline):
+    rb = random_batch(seed)
+    cfg = cfg_for("reinforce_pp", gamma=gamma, token_gamma=tg, adv_estimator_args={"group_baseline": group_baseline})
+    out = compute_advantages(inputs_of(rb), cfg)
+    ref = ref_reinforce_pp(rb.token_rewards, rb.response_mask, rb.turn_ids, rb.group_ids, gamma, tg, group_baseline)
+    torch.testing.assert_close(out.advantages, ref, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("gamma", [1.0, 0.95])
+@pytest.mark.parametrize("method", ["mean_std", "mean"])
+@pytest.mark.parametrize("step_weight", [1.0, 0.5])
+def test_gigpo_matches_reference(seed, gamma, method, step_weight):
+    inputs, rows = step_mode_batch(seed)
+    cfg = cfg_for("gigpo", gamma=gamma, reward_norm={"group_by": "group", "method": method},
+                  adv_estimator_args={"step_weight": step_weight})
+    out = compute_advantages(inputs, cfg)
+    ref = ref_gigpo([r[4] for r in rows], [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                    [r[3] for r in rows], gamma, method, step_weight)
+    expected = torch.tensor(ref, dtype=torch.float64)[:, None] * inputs.response_mask
+    torch.testing.assert_close(out.advantages, expected, rtol=0, atol=1e-12)
+
+
+def test_kl_in_reward_is_applied_before_the_estimator():
+    rb = random_batch(7)
+    kl = torch.rand_like(rb.token_rewards) * rb.response_mask
+    inp = dataclasses.replace(inputs_of(rb), kl=kl)
+    cfg = cfg_for("reinforce_pp", use_kl_in_reward=True, init_kl_coef=0.05)
+    out = compute_advantages(inp, cfg, kl_coef=0.2)
+    penalised = rb.token_rewards - 0.2 * kl
+    ref = ref_reinforce_pp(penalised, rb.response_mask, rb.turn_ids, rb.group_ids, 1.0, 1.0)
+    torch.testing.assert_close(out.advantages, ref, rtol=0, atol=1e-10)
+    assert out.metrics["reward/kl_coef"] == 0.2
+    with pytest.raises(ValueError, match="kl"):
+        compute_advantages(inputs_of(rb), cfg)
+
+
+def test_reward_clip_whiten_and_advantage_clip():
+    rb = random_batch(3)
+    cfg = cfg_for("grpo", reward_clip=0.5, whiten_advantages=True, advantage_clip=0.8)
+    out = compute_advantages(inputs_of(rb), cfg)
+    clipped = rb.token_rewards.clamp(-0.5, 0.5)
+    ref = ref_grpo(clipped, rb.response_mask, rb.group_ids, rb.tags, "group", "mean_std")
+    sel = ref[rb.response_mask.bool()]
+    whitened = (ref - sel.mean()) / torch.sqrt(sel.var() + 1e-8) * rb.response_mask
+    torch.testing.assert_close(out.advantages, whitened.clamp(-0.8, 0.8), rtol=0, atol=1e-10)
+    assert out.advantages.abs().max() <= 0.8 + 1e-12
+
+
+# ---- hand-worked multi-turn GAE ------------------------------------------------------------
+def test_gae_hand_worked_multi_turn():
+    # positions: 0 1 = prompt, 2 3 = turn 0, 4 5 = observation, 6 7 = turn 1, 8 = padding
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1, 0]], dtype=torch.float64)
+    rewards = torch.tensor([[0, 0, 0, 0.5, 0, 0, 0, 1.0, 0]], dtype=torch.float64)
+    values = torch.tensor([[9, 9, 0.2, 0.4, 9, 9, 0.6, 0.8, 9]], dtype=torch.float64)  # 9: never read
+    cfg = cfg_for("gae", gamma=0.9, lambd=0.8, token_gamma=1.0, token_lambd=0.5)
+    out = compute_advantages(AdvantageInputs(rewards, mask, [0], values=values), cfg)
+    # t=7 last token, terminal:        delta = 1.0 - 0.8 = 0.2;                    A7 = 0.2
+    # t=6 same turn (g=1, l=0.5):      delta = 0 + 0.8 - 0.6 = 0.2;                A6 = 0.2 + 0.5*0.2 = 0.3
+    # t=3 turn boundary (g=.9, l=.8):  delta = 0.5 + 0.9*0.6 - 0.4 = 0.64;         A3 = 0.64 + 0.9*0.8*0.3 = 0.856
+    # t=2 same turn:                   delta = 0 + 0.4 - 0.2 = 0.2;                A2 = 0.2 + 0.5*0.856 = 0.628
+    expected_adv = torch.tensor([[0, 0, 0.628, 0.856, 0, 0, 0.3, 0.2, 0]], dtype=torch.float64)
+    expected_ret = torch.tensor([[0, 0, 0.828, 1.256, 0, 0, 0.9, 1.0, 0]], dtype=torch.float64)
+    torch.testing.assert_close(out.advantages, expected_adv, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out.returns, expected_ret, rtol=0, atol=1e-12)
+
+
+def test_reinforce_equals_grpo_for_outcome_rewards():
+    """gamma = 1 and an outcome reward only (on the last model token): the reward-to-go is the
+    score at every token, so reinforce reduces to grpo."""
+    rb = random_batch(11, max_turns=3)
+    for i, turns in enumerate(rb.turns):
+        if turns:
+            total = rb.token_rewards[i].sum()
+            rb.token_rewards[i] = 0
+            rb.token_rewards[i, turns[-1][-1]] = total
+    a = compute_advantages(inputs_of(rb), cfg_for("reinforce")).advantages
+    b = compute_advantages(inputs_of(rb), cfg_for("grpo")).advantages
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+# ---- edge cases, every registered estimator ------------------------------------------------
+def _edge_inputs(kind: str) -> AdvantageInputs:
+    B, T = 6, 7
+    mask = torch.zeros(B, T)
+    mask[:, 2:6] = 1
+    rewards = torch.zeros(B, T)
+    rewards[:, 5] = torch.tensor([1.0, 0.0, 1.0, 0.5, 1.0, 0.0])
+    groups = [0, 0, 1, 1, 2, 3]  # groups 2 and 3 have one member
+    if kind == "all_equal":
+        rewards[:, 5] = 0.7
+    if kind == "all_masked_rows":
+        mask[1] = 0
+        mask[4] = 0
+        rewards[1, 5] = 0.0  # no model token: outcome moved onto the prompt
+        rewards[1, 0] = 0.3
+        rewards[4, 5] = 0.0
+    if kind == "zero_length":
+        mask[:] = 0
+        rewards[:, 5] = 0.0
+        rewards[:, 0] = torch.tensor([1.0, 0.0, 1.0, 0.5, 1.0, 0.0])
+    return AdvantageInputs(
+        token_rewards=rewards, response_mask=mask, group_ids=groups, values=torch.randn(B, T) * mask,
+        tags=["a", "b", "a", "b", "a", "a"], state_keys=["s0", "s0", "s1", "s1", "s2", "s0"],
+        episode_ids=[f"e{i}" for i in range(B)], step_ids=[0] * B,
+    )
+
+
+@pytest.mark.parametrize("kind", ["random", "all_equal", "all_masked_rows", "zero_length", "single_group_of_one"])
+@pytest.mark.parametrize("estimator", ADVANTAGES.ids())
+def test_every_estimator_edge_cases(estimator, kind):
+    if kind == "single_group_of_one":
+        inp = _edge_inputs("random")
+        inp = AdvantageInputs(inp.token_rewards[:1], inp.response_mask[:1], [0], values=inp.values[:1],
+                              tags=["a"], state_keys=["s"], episode_ids=["e"], step_ids=[0])
+    else:
+        inp = _edge_inputs(kind if kind != "random" else "random")
+    for whiten in (False, True):
+        cfg = cfg_for(estimator, whiten_advantages=whiten)
+        out = compute_advantages(inp, cfg)
+        assert torch.isfinite(out.advantages).all() and torch.isfinite(out.returns).all()
+        assert (out.advantages[inp.response_mask == 0] == 0).all(), "advantage leaked outside the response mask"
+        assert all(isinstance(v, float) and v == v for v in out.metrics.values())
+    if kind == "all_equal" and estimator in ("grpo", "rloo", "reinforce", "gigpo"):
+        # identical outcomes carry no comparative signal: zero advantage, not 0/0
+        assert out.advantages.abs().max() < 1e-6
+    if kind == "single_group_of_one" and estimator in ("grpo", "rloo", "reinforce"):
+        assert out.advantages.abs().max() == 0
+
+
+def test_group_of_one_gets_zero_in_grpo_and_rloo():
+    inp = _edge_inputs("random")
+    for est in ("grpo", "rloo"):
+        adv = compute_advantages(inp, cfg_for(est)).advantages
+        assert (adv[4] == 0).all() and (adv[5] == 0).all()  # groups 2 and 3 have one sample each
+        assert adv[0].abs().sum() > 0
+
+
+# ---- bad input is a clear error ------------------------------------------------------------
+def test_input_validation():
+    inp = _edge_inputs("random")
+    bad = dataclasses.replace(inp, token_rewards=inp.token_rewards.clone())
+    bad.token_rewards[0, 6] = 1.0  # outside the mask of a row that has model tokens
+    with pytest.raises(ValueError, match="outside response_mask"):
+        compute_advantages(bad, cfg_for("grpo"))
+    with pytest.raises(ValueError, match="group_ids"):
+        compute_advantages(dataclasses.replace(inp, group_ids=[0, 1]), cfg_for("grpo"))
+    with pytest.raises(ValueError, match="critic"):
+        compute_advantages(dataclasses.replace(inp, values=None), cfg_for("gae"))
+    with pytest.raises(ValueError, match="did you mean 'step_weight'"):
+        compute_advantages(inp, cfg_for("gigpo", adv_estimator_args={"step_weigth": 1.0}))
+    with pytest.raises(ValueError, match="step-mode"):
+        compute_advantages(dataclasses.replace(inp, state_keys=None), cfg_for("gigpo"))
+    with pytest.raises(ValueError, match="tags"):
+        compute_advantages(dataclasses.replace(inp, tags=None), cfg_for("grpo", reward_norm={"group_by": "tag", "method": "mean"}))
+    nan = dataclasses.replace(inp, token_rewards=inp.token_rewards.clone())
+    nan.token_rewards[0, 5] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        compute_advantages(nan, cfg_for("grpo"))
+    with pytest.raises(KeyError, match="did you mean"):
+        compute_advantages(inp, cfg_for("grp0"))
+
+
+def test_float32_inputs_agree_with_float64_reference():
+    rb = random_batch(5)
+    inp = inputs_of(rb)
+    inp32 = AdvantageInputs(inp.token_rewards.float(), inp.response_mask.float(), inp.group_ids, values=inp.values.float(),
+                            turn_ids=inp.turn_ids, tags=inp.tags)
+    out = compute_advantages(inp32, cfg_for("gae", gamma=0.9, lambd=0.9))
+    ref, _ = ref_gae(rb.token_rewards, rb.response_mask, rb.values, rb.turn_ids, 0.9, 0.9, 1.0, 1.0)
+    assert out.advantages.dtype == torch.float32
+    torch.testing.assert_close(out.advantages.double(), ref, rtol=0, atol=1e-5)
