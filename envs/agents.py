@@ -1,0 +1,173 @@
+"""Built-in agents that talk to any roll env the way a model does: with text.
+
+Every agent has ``act(observation, info) -> str`` and answers in the model format
+(``<think>...</think><answer>...</answer>``), so its text goes through the env's own parser.
+Used by tests, benchmarks, the SFT data generator and for smoke-testing users' envs.
+
+Where an agent needs a random action it asks the env, in order: ``valid_actions()`` (a method
+returning the answers that make sense in the current state, for envs without a fixed
+vocabulary), then the ``action_words`` attribute, then ``action_space.sample()``. The expert
+needs ``expert_plan() -> list[str]`` (remaining optimal answers from the current state).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import gymnasium as gym
+import numpy as np
+
+
+def format_answer(actions: list[str], think: Optional[str] = None) -> str:
+    """Model-style text for one turn."""
+    prefix = f"<think>{think}</think>" if think else ""
+    return f"{prefix}<answer>{', '.join(actions)}</answer>"
+
+
+def action_choices(env: gym.Env) -> Optional[list[str]]:
+    """The answers an agent may pick at random in the current state, or None if the env has none."""
+    u = env.unwrapped
+    valid = getattr(u, "valid_actions", None)
+    if callable(valid):
+        choices = list(valid())
+        if choices:
+            return choices
+    words = getattr(u, "action_words", None)
+    if isinstance(words, Mapping):
+        words = list(dict.fromkeys(words.values()))
+    if words:
+        return [str(w) for w in words]
+    return None
+
+
+def _actions_per_turn(env: gym.Env) -> int:
+    config = getattr(env.unwrapped, "parser_config", None)
+    return max(1, int(getattr(config, "max_actions_per_turn", 1)))
+
+
+class RandomAgent:
+    """Uniformly random actions (one per turn), in the model's answer format."""
+
+    def __init__(self, env: gym.Env, seed: Optional[int] = None, think: bool = True):
+        self.env = env
+        self.rng = np.random.default_rng(seed)
+        self.think = think
+
+    def random_action(self) -> str:
+        choices = action_choices(self.env)
+        if choices:
+            return choices[int(self.rng.integers(len(choices)))]
+        space = self.env.action_space
+        space.seed(int(self.rng.integers(2**31)))
+        return str(space.sample())
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        return format_answer([self.random_action()], "I pick an action at random." if self.think else None)
+
+
+class ExpertAgent:
+    """Follows ``env.unwrapped.expert_plan()``, several actions per turn where the env allows.
+
+    When the plan is empty (the env is solved, or stuck with no solution) it falls back to a
+    random action so an episode always advances; ``last_source`` says which was used.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        actions_per_turn: Optional[int] = None,
+        think: bool = True,
+        seed: Optional[int] = None,
+    ):
+        if not callable(getattr(env.unwrapped, "expert_plan", None)):
+            raise TypeError(f"{type(env.unwrapped).__name__} has no expert_plan(); the expert agent needs one")
+        self.env = env
+        self.actions_per_turn = actions_per_turn or _actions_per_turn(env)
+        self.think = think
+        self.random = RandomAgent(env, seed=seed, think=think)
+        self.last_source = "expert"
+
+    def expert_text(self) -> str:
+        plan = self.env.unwrapped.expert_plan()
+        if not plan:
+            self.last_source = "random"
+            return format_answer([self.random.random_action()], "I see no plan; I try something." if self.think else None)
+        self.last_source = "expert"
+        take = plan[: self.actions_per_turn]
+        think = None
+        if self.think:
+            shown = ", ".join(plan[:8]) + (", ..." if len(plan) > 8 else "")
+            think = f"Planning ahead: {shown} ({len(plan)} steps left). Next: {', '.join(take)}."
+        return format_answer(take, think)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        return self.expert_text()
+
+
+class NoisyExpertAgent:
+    """The expert, but with probability ``epsilon`` a uniformly random action instead.
+
+    The SFT data generator uses it to show recovery from mistakes.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        epsilon: float = 0.1,
+        seed: Optional[int] = None,
+        actions_per_turn: Optional[int] = None,
+        think: bool = True,
+    ):
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.epsilon = epsilon
+        self.rng = np.random.default_rng(seed)
+        self.expert = ExpertAgent(env, actions_per_turn=actions_per_turn, think=think, seed=seed)
+        self.last_source = "expert"
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        if self.rng.random() < self.epsilon:
+            self.last_source = "random"
+            return self.expert.random.act(observation, info)
+        text = self.expert.act(observation, info)
+        self.last_source = self.expert.last_source
+        return text
+
+
+def run_episode(env: gym.Env, agent: Any, seed: Optional[int] = None, max_turns: int = 10_000) -> dict[str, Any]:
+    """Play one episode; ``steps`` counts turns (env.step calls).
+
+    ``max_turns`` guards against envs that never end; hitting it sets ``stopped_by_runner``.
+    """
+    obs, info = env.reset(seed=seed)
+    first_info = info
+    transcript: list[dict[str, Any]] = []
+    total = 0.0
+    terminated = truncated = False
+    while not (terminated or truncated) and len(transcript) < max_turns:
+        text = agent.act(obs, info)
+        next_obs, reward, terminated, truncated, info = env.step(text)
+        transcript.append(
+            {
+                "observation": obs,
+                "action": text,
+                "reward": float(reward),
+                "terminated": bool(terminated),
+                "truncated": bool(truncated),
+                "info": info,
+                "source": getattr(agent, "last_source", None),
+            }
+        )
+        total += float(reward)
+        obs = next_obs
+    return {
+        "seed": seed,
+        "success": bool(info.get("success", False)),
+        "return": total,
+        "steps": len(transcript),
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+        "stopped_by_runner": not (terminated or truncated),
+        "instruction": first_info.get("instruction", ""),
+        "final_observation": obs,
+        "transcript": transcript,
+    }
