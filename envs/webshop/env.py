@@ -1,0 +1,279 @@
+"""WebShopEnv: the WebShop benchmark as a gymnasium text env, fully offline.
+
+An episode: the agent sees the search page with its instruction, searches, browses result pages,
+opens products, picks options and buys; buying ends the episode with WebShop's reward
+(reward.py). Actions are ``search[keywords]`` (only where a search bar is) and ``click[x]`` for
+anything clickable on the page, inside ``<answer>...</answer>`` as parsed by roll.envs.parsing.
+Anything else is a no-op that earns the format penalty; nothing a model writes can raise.
+"""
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from roll.envs.parsing import ParserConfig, extract_answer
+from roll.envs.webshop import pages
+from roll.envs.webshop.catalog import Catalog, load_catalog
+from roll.envs.webshop.goals import SPLIT_NAMES
+from roll.envs.webshop.reward import compute_reward
+
+_ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
+MAX_OBS_CHARS = 200_000
+
+INSTRUCTION_TEMPLATE = """You are shopping on WebShop, a simulated online store. Your task: {goal}.
+Every turn you see the current web page as text (elements separated by [SEP]) followed by the actions available on it. Reply with exactly one action per turn:
+- search[keywords]: type keywords into the search bar (only on the search page);
+- click[element]: click a button, product id or option shown on the page (case-insensitive), for example click[next >], click[{example_asin}], click[blue], click[description], click[buy now].
+Choose the product's options on its page before buying. click[buy now] buys the product on the current page and ends the episode; the reward (0 to 1) measures how well the product, the chosen options and the price match the task.
+Answer format: <answer>search[red running shoes]</answer> or <answer>click[buy now]</answer>; you may think first inside <think>...</think>."""
+
+
+@dataclass
+class _State:
+    page: str = "search"  # search | results | item | sub | done
+    keywords: str = ""
+    results: list[str] = field(default_factory=list)
+    result_page: int = 1
+    asin: Optional[str] = None
+    options: dict[str, str] = field(default_factory=dict)
+    sub: str = ""
+    score: float = 0.0
+
+    def key(self) -> tuple:
+        return (self.page, self.keywords, self.result_page, self.asin, tuple(sorted(self.options.items())), self.sub)
+
+
+class WebShopEnv(gym.Env):
+    """WebShop with the shipped catalog (or any catalog directory in the same schema).
+
+    Args:
+        split: which goals to draw: "train" (weighted by attribute rarity), "validation", "test".
+        max_steps: turns before the episode is truncated.
+        format_penalty: reward of a turn whose text is not a valid action on this page
+            (None: the parser's default).
+        require_answer_tag: actions must sit inside <answer>...</answer>.
+        catalog_path: a directory holding products.json and goals.json (default: shipped).
+        show_instruction_in_page: put the instruction at the top of every page, as the original.
+        show_available_actions: append the list of available actions to every observation.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, split: str = "train", max_steps: int = 15, format_penalty: Optional[float] = None,
+                 require_answer_tag: bool = True, catalog_path: Optional[str] = None,
+                 show_instruction_in_page: bool = True, show_available_actions: bool = True,
+                 render_mode: Optional[str] = None):
+        if split not in SPLIT_NAMES:
+            raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r} not supported; use one of {self.metadata['render_modes']}")
+        self.split, self.max_steps, self.render_mode = split, max_steps, render_mode
+        self.catalog: Catalog = load_catalog(catalog_path)
+        self.goal_list = self.catalog.goals(split)
+        if not self.goal_list:
+            raise ValueError(f"catalog {self.catalog.source} has no {split} goals")
+        self.parser = ParserConfig(require_answer_tag=require_answer_tag)
+        if format_penalty is not None:
+            self.parser.format_penalty = float(format_penalty)
+        self.show_instruction_in_page = show_instruction_in_page
+        self.show_available_actions = show_available_actions
+        self.observation_space = spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=self.catalog.charset)
+        self.action_space = spaces.Text(max_length=self.parser.max_text_chars, min_length=0,
+                                        charset=string.ascii_letters + string.digits + " []<>/.,-_:'!?\n")
+        self.goal: dict[str, Any] = self.goal_list[0]
+        self.state = _State()
+        self.steps = 0
+        self._page: pages.Page = pages.search_page(None)
+        self._obs = ""
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "goal_index" in options:
+            index = int(options["goal_index"]) % len(self.goal_list)
+        elif seed is not None and self.split != "train":
+            index = seed % len(self.goal_list)  # evaluation: seed i is goal i, every goal once
+        elif self.split == "train":
+            index = int(self.np_random.choice(len(self.goal_list), p=self.catalog.weights["train"]))
+        else:
+            index = int(self.np_random.integers(len(self.goal_list)))
+        self.goal = self.goal_list[index]
+        self.state = _State()
+        self.steps = 0
+        self._render_state()
+        info = {
+            "instruction": self.instruction(),
+            "goal": self.goal["instruction"],
+            "goal_id": self.goal.get("id", str(index)),
+            "available_actions": self.available_actions(),
+        }
+        return self._obs, info
+
+    def step(self, action: Any):
+        info: dict[str, Any] = {"success": False, "action_is_valid": False, "action_is_effective": False}
+        if self.state.page == "done":
+            info["error"] = "episode already ended (bought); call reset()"
+            return self._obs, 0.0, True, False, self._finish_info(info)
+        self.steps += 1
+        reward = 0.0
+        terminated = False
+        error = self._apply(action, info)
+        if error:
+            info["error"] = error
+            reward = self.parser.format_penalty
+        elif self.state.page == "done":
+            terminated = True
+            reward = info["reward_breakdown"]["score"]
+            info["success"] = reward >= 1.0
+        truncated = not terminated and self.steps >= self.max_steps
+        return self._obs, float(reward), terminated, truncated, self._finish_info(info)
+
+    def render(self):
+        return self._obs if self.render_mode == "ansi" else None
+
+    # ------------------------------------------------------------------ helpers
+    def instruction(self) -> str:
+        example = self.catalog.products[0]["asin"].lower()
+        return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin=example)
+
+    def available_actions(self) -> dict[str, Any]:
+        """As the original's ``get_available_actions``: search bar present, lower-cased clickables."""
+        return {"has_search_bar": self._page.has_search_bar, "clickables": list(self._page.clickables)}
+
+    def _finish_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        info["page"] = self.state.page
+        info["available_actions"] = self.available_actions()
+        info["goal_id"] = self.goal.get("id", "")
+        return info
+
+    def _apply(self, action: Any, info: dict[str, Any]) -> str:
+        """Carry out one action; returns an error message (state unchanged) or ""."""
+        parsed = extract_answer(action, self.parser)
+        if not parsed.valid:
+            return parsed.error
+        m = _ACTION_RE.match(parsed.answer or "")
+        if m is None:
+            return "expected search[keywords] or click[element]"
+        verb, arg = m.group(1).lower(), m.group(2).strip()
+        before = self.state.key()
+        if verb == "search":
+            if not self._page.has_search_bar:
+                return "there is no search bar on this page (click[back to search] first)"
+            if not arg:
+                return "empty search keywords"
+            self.state = _State(page="results", keywords=arg, results=self.catalog.search.search(arg))
+        else:
+            target = arg.lower()
+            if target not in self._page.clickables:
+                return f"{arg[:60]!r} is not clickable on this page"
+            self._click(target, info)
+        info["action_is_valid"] = True
+        info["action_is_effective"] = self.state.key() != before or verb == "search"
+        self._render_state()
+        return ""
+
+    def _click(self, target: str, info: dict[str, Any]) -> None:
+        s = self.state
+        if target == pages.BACK_TO_SEARCH.lower():
+            self.state = _State()
+        elif target == pages.NEXT_PAGE.lower():
+            s.result_page += 1
+        elif target == pages.PREV_PAGE.lower():
+            if s.page == "results":
+                s.result_page -= 1
+            elif s.page == "item":
+                s.page, s.asin, s.options = "results", None, {}
+            else:
+                s.page, s.sub = "item", ""
+        elif s.page == "results":
+            s.page, s.asin, s.options = "item", self.catalog.asin_of[target], {}
+        elif target == pages.BUY_NOW.lower():
+            product = self.catalog.by_asin[s.asin]
+            breakdown = compute_reward(product, self.goal, s.options)
+            info["reward_breakdown"] = breakdown.as_dict()
+            info["purchased"] = {"asin": s.asin, "options": dict(s.options)}
+            s.page, s.score = "done", breakdown.score
+        elif target in (x.lower() for x in pages.SUB_PAGES):
+            s.page, s.sub = "sub", target
+        else:
+            for name, values in self.catalog.by_asin[s.asin]["options"].items():
+                for v in values:
+                    if v.lower() == target:
+                        s.options[name] = v
+                        return
+
+    def _render_state(self) -> None:
+        s = self.state
+        instr = self.goal["instruction"] if self.show_instruction_in_page else None
+        if s.page == "search":
+            page = pages.search_page(instr)
+        elif s.page == "results":
+            lo = (s.result_page - 1) * pages.RESULTS_PER_PAGE
+            shown = [self.catalog.by_asin[a] for a in s.results[lo:lo + pages.RESULTS_PER_PAGE]]
+            page = pages.results_page(instr, shown, s.result_page, len(s.results))
+        elif s.page == "item":
+            page = pages.item_page(instr, self.catalog.by_asin[s.asin])
+        elif s.page == "sub":
+            page = pages.sub_page(instr, self.catalog.by_asin[s.asin], s.sub)
+        else:
+            page = pages.done_page(self.catalog.by_asin[s.asin], s.options, s.score)
+        self._page = page
+        text = page.text
+        if s.options and s.page in ("item", "sub"):
+            text += "\nSelected options: " + ", ".join(f"{k}: {v}" for k, v in s.options.items())
+        if self.show_available_actions and s.page != "done":
+            acts = (["search[<keywords>]"] if page.has_search_bar else []) + [f"click[{c}]" for c in page.clickables]
+            text += "\nAvailable actions: " + ", ".join(acts)
+        self._obs = text
+
+    # ------------------------------------------------------------------ expert
+    def expert_query(self) -> str:
+        """The keywords the expert searches: the goal's product type and attributes, or, when the
+        target does not make the top 50 for those, its title."""
+        query = " ".join([self.goal["query"], *self.goal["attributes"]])
+        if self.goal["asin"] in self.catalog.search.search(query):
+            return query
+        return self.catalog.by_asin[self.goal["asin"]]["title"]
+
+    def expert_plan(self) -> list[str]:
+        """The remaining actions (answer strings) that buy the goal's target with its options."""
+        s, target = self.state, self.goal["asin"]
+        if s.page == "done":
+            return []
+        plan: list[str] = []
+        if s.page == "sub":
+            plan.append("click[< prev]")
+            page = "item"
+        else:
+            page = s.page
+        if page == "item" and s.asin != target:
+            plan.append("click[< prev]")
+            page = "results"
+        if page == "results" and target not in s.results:
+            plan.append("click[back to search]")
+            page = "search"
+        results, current = s.results, s.result_page
+        if page == "search":
+            query = self.expert_query()
+            plan.append(f"search[{query}]")
+            results, current = self.catalog.search.search(query), 1
+            page = "results"
+        chosen = dict(s.options) if page == "item" else {}
+        if page == "results":
+            wanted = results.index(target) // pages.RESULTS_PER_PAGE + 1
+            step = "click[next >]" if wanted > current else "click[< prev]"
+            plan += [step] * abs(wanted - current)
+            plan.append(f"click[{target.lower()}]")
+        for name, value in self.goal["options"].items():
+            if chosen.get(name) != value:
+                plan.append(f"click[{value}]")
+        plan.append("click[buy now]")
+        return plan
