@@ -41,6 +41,7 @@ class Catalog:
                 raise CatalogError(f"{source}: product {i} lacks {missing}")
         self.products = products
         self.by_asin = {p["asin"]: p for p in products}
+        self.queries = sorted({p["query"] for p in products})
         self.asin_of = {p["asin"].lower(): p["asin"] for p in products}  # clicks are case-insensitive
         if len(self.by_asin) != len(products):
             raise CatalogError(f"{source}: duplicate asins")

@@ -9,13 +9,13 @@ Anything else is a no-op that earns the format penalty; nothing a model writes c
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import gymnasium as gym
 from gymnasium import spaces
 
+from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText, build_parser_config
 from roll.envs.parsing import ParserConfig, extract_answer
 from roll.envs.webshop import pages
 from roll.envs.webshop.catalog import Catalog, load_catalog
@@ -56,16 +56,19 @@ class WebShopEnv(gym.Env):
         max_steps: turns before the episode is truncated.
         format_penalty: reward of a turn whose text is not a valid action on this page
             (None: the parser's default).
-        require_answer_tag: actions must sit inside <answer>...</answer>.
+        require_answer_tag: actions must sit inside <answer>...</answer> (default: the parser's, true).
+        parser: further ParserConfig options (a dict or a ParserConfig); only one action per
+            turn is read, as in the original.
         catalog_path: a directory holding products.json and goals.json (default: shipped).
         show_instruction_in_page: put the instruction at the top of every page, as the original.
         show_available_actions: append the list of available actions to every observation.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, split: str = "train", max_steps: int = 15, format_penalty: Optional[float] = None,
-                 require_answer_tag: bool = True, catalog_path: Optional[str] = None,
+                 require_answer_tag: Optional[bool] = None, parser: ParserConfig | Mapping[str, Any] | None = None,
+                 catalog_path: Optional[str] = None,
                  show_instruction_in_page: bool = True, show_available_actions: bool = True,
                  render_mode: Optional[str] = None):
         if split not in SPLIT_NAMES:
@@ -79,14 +82,17 @@ class WebShopEnv(gym.Env):
         self.goal_list = self.catalog.goals(split)
         if not self.goal_list:
             raise ValueError(f"catalog {self.catalog.source} has no {split} goals")
-        self.parser = ParserConfig(require_answer_tag=require_answer_tag)
-        if format_penalty is not None:
-            self.parser.format_penalty = float(format_penalty)
+        self.parser_config = build_parser_config(parser, format_penalty=format_penalty)
+        if require_answer_tag is not None:
+            self.parser_config.require_answer_tag = bool(require_answer_tag)
+        if self.parser_config.max_actions_per_turn != 1:
+            # A page changes after every action, so a second action would target a page the
+            # model has not seen (the original also takes one action per step).
+            raise ValueError("WebShop reads one action per turn; max_actions_per_turn must be 1")
         self.show_instruction_in_page = show_instruction_in_page
         self.show_available_actions = show_available_actions
         self.observation_space = spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=self.catalog.charset)
-        self.action_space = spaces.Text(max_length=self.parser.max_text_chars, min_length=0,
-                                        charset=string.ascii_letters + string.digits + " []<>/.,-_:'!?\n")
+        self.action_space = UnicodeText(MAX_TEXT_LENGTH)
         self.goal: dict[str, Any] = self.goal_list[0]
         self.state = _State()
         self.steps = 0
@@ -128,7 +134,7 @@ class WebShopEnv(gym.Env):
         error = self._apply(action, info)
         if error:
             info["error"] = error
-            reward = self.parser.format_penalty
+            reward = self.parser_config.format_penalty
         elif self.state.page == "done":
             terminated = True
             reward = info["reward_breakdown"]["score"]
@@ -148,6 +154,13 @@ class WebShopEnv(gym.Env):
         """As the original's ``get_available_actions``: search bar present, lower-cased clickables."""
         return {"has_search_bar": self._page.has_search_bar, "clickables": list(self._page.clickables)}
 
+    def valid_actions(self) -> list[str]:
+        """Answers that make sense on the current page (what a random shopper picks from): on
+        the search page, a search for each product type in the catalog; elsewhere, every click."""
+        if self._page.has_search_bar:
+            return [f"search[{q}]" for q in self.catalog.queries]
+        return [f"click[{c}]" for c in self._page.clickables]
+
     def _finish_info(self, info: dict[str, Any]) -> dict[str, Any]:
         info["page"] = self.state.page
         info["available_actions"] = self.available_actions()
@@ -156,7 +169,7 @@ class WebShopEnv(gym.Env):
 
     def _apply(self, action: Any, info: dict[str, Any]) -> str:
         """Carry out one action; returns an error message (state unchanged) or ""."""
-        parsed = extract_answer(action, self.parser)
+        parsed = extract_answer(action, self.parser_config)
         if not parsed.valid:
             return parsed.error
         m = _ACTION_RE.match(parsed.answer or "")
