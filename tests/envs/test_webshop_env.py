@@ -1,0 +1,199 @@
+"""WebShopEnv: pages, actions, bad input, the expert and a random shopper, registration."""
+from __future__ import annotations
+
+import io
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import roll.envs  # noqa: F401  (registers roll/WebShop-v0)
+from roll.envs.webshop.env import WebShopEnv
+
+
+def ans(action: str) -> str:
+    return f"<think>shopping</think><answer>{action}</answer>"
+
+
+@pytest.fixture
+def env():
+    e = WebShopEnv(split="test")
+    e.reset(seed=0)
+    return e
+
+
+def test_registered_with_split_kwarg():
+    for split in ("train", "validation", "test"):
+        e = gym.make("roll/WebShop-v0", split=split)
+        obs, info = e.reset(seed=1)
+        assert info["goal_id"].startswith(split) and info["goal"] in obs
+        e.close()
+    with pytest.raises(ValueError, match="split"):
+        gym.make("roll/WebShop-v0", split="dev")
+
+
+def test_gymnasium_check_env():
+    for split in ("test", "train"):
+        check_env(gym.make("roll/WebShop-v0", split=split).unwrapped)  # made, so render modes are checked too
+
+
+def test_reset_info_and_search_page(env):
+    obs, info = env.reset(seed=5)
+    goal = info["goal"]
+    assert obs.startswith(f"WebShop [SEP] Instruction: [SEP] {goal} [SEP] Search")
+    assert "search[keywords]" in info["instruction"] and "<answer>" in info["instruction"] and goal in info["instruction"]
+    assert info["available_actions"] == {"has_search_bar": True, "clickables": []}
+    # Evaluation splits map seed i to goal i; the same seed gives the same goal.
+    assert env.reset(seed=5)[1]["goal_id"] == "test-5" == env.reset(seed=505)[1]["goal_id"]
+
+
+def test_results_pages_and_navigation(env):
+    obs, r, term, trunc, info = env.step(ans("search[weighted blanket]"))
+    assert (r, term, trunc) == (0.0, False, False) and info["action_is_valid"] and info["action_is_effective"]
+    assert "[SEP] Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP]" in obs
+    assert "< Prev" not in obs.split("\n")[0]
+    clickables = info["available_actions"]["clickables"]
+    assert clickables[:2] == ["back to search", "next >"] and len(clickables) == 12
+    obs, *_ = env.step(ans("CLICK[Next >]"))  # case-insensitive
+    assert "Page 2 (Total results: 50) [SEP] < Prev [SEP] Next >" in obs
+    for _ in range(3):
+        obs, *_, info = env.step(ans("click[next >]"))
+    assert "Page 5" in obs and "next >" not in info["available_actions"]["clickables"]
+    obs, r, *_, info = env.step(ans("click[next >]"))
+    assert not info["action_is_valid"] and r == pytest.approx(-0.1)  # no page 6
+    obs, *_ = env.step(ans("click[back to search]"))
+    assert obs.split("\n")[0].endswith("[SEP] Search")
+
+
+def test_item_page_options_subpages_and_buy(env):
+    goal = env.goal
+    env.step(ans(f"search[{goal['query']}]"))
+    first = env.state.results[0]
+    obs, *_, info = env.step(ans(f"click[{first.lower()}]"))
+    product = env.catalog.by_asin[first]
+    assert f"[SEP] Back to Search [SEP] < Prev [SEP] {next(iter(product['options']))} [SEP]" in obs
+    assert "Price: $" in obs and "[SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now" in obs
+    value = next(iter(product["options"].values()))[0]
+    obs, *_, info = env.step(ans(f"click[{value.upper()}]"))
+    assert info["action_is_effective"] and f"Selected options: {next(iter(product['options']))}: {value}" in obs
+    _, _, _, _, info = env.step(ans(f"click[{value}]"))
+    assert info["action_is_valid"] and not info["action_is_effective"]  # already selected
+    obs, *_ = env.step(ans("click[description]"))
+    assert product["description"] in obs and "buy now" not in obs.lower().split("available actions")[1]
+    obs, r, term, trunc, info = env.step(ans("click[buy now]"))
+    assert not info["action_is_valid"]  # no buy button on a sub-page
+    env.step(ans("click[< prev]"))
+    obs, r, term, trunc, info = env.step(ans("click[buy now]"))
+    assert term and not trunc and r == info["reward_breakdown"]["score"]
+    assert info["purchased"] == {"asin": first, "options": {next(iter(product["options"])): value}}
+    assert obs.startswith("Thank you for shopping with us!")
+    # Stepping a finished episode is a harmless no-op.
+    _, r2, term2, _, info2 = env.step(ans("click[buy now]"))
+    assert r2 == 0.0 and term2 and not info2["action_is_valid"]
+
+
+@pytest.mark.parametrize("bad", [
+    "", "   ", "<answer></answer>", "<answer>jump[now]</answer>", "<answer>click[not a button]</answer>",
+    "<answer>click[]</answer>", "<answer>search[]</answer>", "search[shoes]", "x" * 100_000,
+    "<answer>" + "search[" + "shoe " * 20_000 + "]</answer>", "<answer>click[buy now</answer>", None, 42,
+    b"<answer>click[bytes]</answer>", "<answer>\ud800\u202e</answer>",
+])
+def test_bad_actions_are_penalised_no_ops(env, bad):
+    before = env.render() if env.render_mode else env._obs
+    obs, r, term, trunc, info = env.step(bad)
+    assert obs == before and r == pytest.approx(-0.1) and not term
+    assert info["action_is_valid"] is False and info["action_is_effective"] is False and info["error"]
+
+
+def test_search_where_no_search_bar_and_configurable_penalty():
+    e = WebShopEnv(split="test", format_penalty=-0.5)
+    e.reset(seed=0)
+    e.step(ans("search[shoes]"))
+    obs, r, *_, info = e.step(ans("search[hoodie]"))
+    assert r == -0.5 and "no search bar" in info["error"]
+    lax = WebShopEnv(split="test", require_answer_tag=False)
+    lax.reset(seed=0)
+    assert lax.step("search[shoes]")[4]["action_is_valid"]
+    with pytest.raises(ValueError, match="one action per turn"):
+        WebShopEnv(parser={"max_actions_per_turn": 2})
+
+
+def test_truncation_at_max_steps():
+    e = WebShopEnv(split="test", max_steps=3)
+    e.reset(seed=0)
+    outs = [e.step(ans("click[nothing]")) for _ in range(3)]
+    assert [o[3] for o in outs] == [False, False, True] and not any(o[2] for o in outs)
+
+
+def test_expert_solves_test_goals_and_random_shopper_does_not():
+    """The acceptance figures: expert reward 1.0 on >= 98% of 500 test goals; random near 0."""
+    e = WebShopEnv(split="test")
+    expert_scores, random_scores = [], []
+    rng = np.random.default_rng(0)
+    for seed in range(500):
+        e.reset(seed=seed)
+        term = trunc = False
+        while not (term or trunc):
+            _, r, term, trunc, info = e.step(ans(e.expert_plan()[0]))
+            assert info["action_is_valid"], info
+        expert_scores.append(r if term else 0.0)
+        e.reset(seed=seed)
+        term = trunc = False
+        while not (term or trunc):
+            choices = e.valid_actions()
+            _, r, term, trunc, info = e.step(ans(choices[int(rng.integers(len(choices)))]))
+        random_scores.append(r if term else 0.0)
+    expert_rate = float(np.mean(np.array(expert_scores) == 1.0))
+    random_rate = float(np.mean(np.array(random_scores) == 1.0))
+    print(f"\nWebShop test split, 500 goals: expert success {expert_rate:.3f}, "
+          f"random success {random_rate:.3f} (mean final reward {np.mean(random_scores):.4f})")
+    assert expert_rate >= 0.98
+    assert random_rate <= 0.02 and np.mean(random_scores) < 0.05
+
+
+def test_expert_plan_recovers_from_any_page(env):
+    goal = env.goal
+    # Wander off: a search for something else, a wrong product, a sub-page, a wrong option.
+    env.step(ans("search[garden hose]"))
+    env.step(ans("click[next >]"))
+    wrong = env.state.results[10]
+    env.step(ans(f"click[{wrong}]"))
+    env.step(ans("click[features]"))
+    plan = env.expert_plan()
+    assert plan[:3] == ["click[< prev]", "click[< prev]", "click[back to search]"]
+    for a in plan:
+        *_, term, trunc, info = env.step(ans(a))
+    assert term and info["success"]
+    # From the target's page with a wrong option chosen, the plan re-picks the option.
+    env.reset(seed=0)
+    plan = env.expert_plan()
+    for a in plan[:2]:
+        env.step(ans(a))
+    name, value = next(iter(goal["options"].items()))
+    other = next(v for v in env.catalog.by_asin[goal["asin"]]["options"][name] if v != value)
+    env.step(ans(f"click[{other}]"))
+    assert env.expert_plan()[0] == f"click[{value}]"
+    assert env.expert_plan()[-1] == "click[buy now]"
+
+
+def test_determinism_same_seed_same_actions():
+    def run(seed):
+        e = WebShopEnv(split="train")
+        obs, info = e.reset(seed=seed)
+        out = [obs]
+        for a in e.expert_plan():
+            out.append(e.step(ans(a))[:4])
+        return out
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_roll_envs_play_drives_webshop():
+    from roll.envs.play import play
+    env = WebShopEnv(split="test")
+    env.reset(seed=2)
+    lines = "\n".join([*env.expert_plan(), "quit"]) + "\n"
+    out = io.StringIO()
+    assert play("roll/WebShop-v0", seed=2, env_kwargs={"split": "test"}, stdin=io.StringIO(lines), stdout=out) == 0
+    assert "Thank you for shopping with us!" in out.getvalue()
