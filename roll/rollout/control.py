@@ -103,9 +103,13 @@ class ThreadRunner:
             try:
                 value = fn(*args)
             except BaseException as e:  # handed to the awaiting coroutine, which types it
-                loop.call_soon_threadsafe(_set_exception, fut, e)
+                done, payload = _set_exception, e
             else:
-                loop.call_soon_threadsafe(_set_result, fut, value)
+                done, payload = _set_result, value
+            try:
+                loop.call_soon_threadsafe(done, fut, payload)
+            except RuntimeError:
+                return  # the loop closed while a hung call was running: nobody is waiting
 
     async def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
         if self.broken:

@@ -140,7 +140,9 @@ class EnvManager:
         if self.done:
             return
         prompt = self._window_prompt() if self.step_mode else list(self.ids)
-        budget = min(self.gen.max_new_tokens, self.mcfg.max_context_tokens - len(prompt))
+        # reserve room for the end-of-turn tokens appended after the output
+        room = self.mcfg.max_context_tokens - len(prompt) - len(self.renderer.assistant_suffix_ids)
+        budget = min(self.gen.max_new_tokens, room)
         if budget <= 0:
             self.truncated = self.done = True
             return

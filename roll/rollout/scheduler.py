@@ -423,8 +423,9 @@ class RolloutScheduler:
         if self.ratio == 0:
             # nothing may run between batches at ratio 0: redundant groups are cancelled
             leftovers = list(self._groups.values())
-            if leftovers:
-                self.counters["redundant_groups_cancelled"] += len(leftovers)
+            unused = sum(len(q) for q in self._ready.values())
+            if leftovers or unused:
+                self.counters["redundant_groups_discarded"] += len(leftovers) + unused
             for group in leftovers:
                 await self._cancel_group(group)
             for tag in self.tags:

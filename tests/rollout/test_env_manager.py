@@ -1,0 +1,161 @@
+"""EnvManager: token-exact multi-turn trajectories, step mode, truncation and typed failures."""
+import asyncio
+
+import gymnasium
+import pytest
+
+import roll.envs  # noqa: F401  (registers the shipped envs; tests may import them)
+from roll.config.roles import GeneratingArgs
+from roll.config.rollout import EnvConfig, EnvManagerConfig
+from roll.rollout.chat import ChatRenderer
+from roll.rollout.env_manager import EpisodeSpec
+from roll.workers.environment import EnvironmentWorker
+from rollout_fakes import ScriptedClient
+
+SHIPPED_ENV_IDS = sorted(k for k in gymnasium.registry if k.startswith("roll/"))
+
+
+def run_episode(tok, env_id, client, seed=3, max_turns=3, mode="trajectory", **mkw):
+    envs = {"t": EnvConfig(env_id=env_id, max_turns=max_turns, step_timeout_s=mkw.pop("step_timeout_s", 10.0))}
+    mcfg = EnvManagerConfig(group_size=1, mode=mode, **mkw)
+    worker = EnvironmentWorker(envs, mcfg, GeneratingArgs(max_new_tokens=mkw.pop("max_new_tokens", 32)), tok, [client])
+    spec = EpisodeSpec("ep0", "t", "t/0", seed)
+    return asyncio.run(worker.run_episode(spec))
+
+
+def render_ids(tok, system, messages, add_generation_prompt=False):
+    text = tok.apply_chat_template([{"role": "system", "content": system}] + messages, tokenize=False,
+                                   add_generation_prompt=add_generation_prompt)
+    return tok.encode(text, add_special_tokens=False)
+
+
+def model_spans(traj):
+    spans, cur = [], []
+    for i, (tid, m) in enumerate(zip(traj.input_ids, traj.loss_mask)):
+        if m:
+            cur.append(i)
+        elif cur:
+            spans.append(cur)
+            cur = []
+    if cur:
+        spans.append(cur)
+    return spans
+
+
+def test_shipped_envs_are_registered():
+    assert "roll/Sokoban-v0" in SHIPPED_ENV_IDS and "roll/FrozenLake-v0" in SHIPPED_ENV_IDS
+
+
+@pytest.mark.parametrize("env_id", SHIPPED_ENV_IDS)
+def test_token_exact_against_whole_conversation_rendering(tok, env_id):
+    client = ScriptedClient(tok)
+    [traj] = run_episode(tok, env_id, client, max_turns=3)
+    assert traj.failure is None, traj.failure_detail
+    system = EnvConfig(env_id=env_id).system_prompt
+    # the assembled ids equal the chat template's rendering of the whole conversation
+    assert traj.input_ids == render_ids(tok, system, traj.messages)
+    # ... and every model span is exactly what the engine returned, with its logprobs
+    spans = model_spans(traj)
+    assert len(spans) == traj.num_turns == len(client.requests)
+    for span, req in zip(spans, client.requests):
+        expected = client.output_ids(req)
+        assert [traj.input_ids[i] for i in span] == expected
+        assert [traj.logprobs[i] for i in span] == pytest.approx([-0.01 * ((k + req.seed) % 7 + 1) for k in range(len(expected))])
+        # the request's prompt is exactly the trajectory up to that span (history never re-tokenized)
+        assert req.prompt_ids == traj.input_ids[: span[0]]
+    assert all(lp == 0.0 for lp, m in zip(traj.logprobs, traj.loss_mask) if not m)
+    assert traj.turn_versions == [0] * traj.num_turns
+
+
+def test_non_canonical_generation_is_kept_unchanged(tok):
+    """Documented non-prefix-stable case: a model may emit a tokenization of its text that the
+    tokenizer would not produce. Re-rendering then differs; we keep the generated ids."""
+    class CharByChar(ScriptedClient):
+        def output_ids(self, request):
+            text = "<answer>Left</answer>"
+            ids = []
+            for ch in "Left":  # one token per character instead of the merged "Left"
+                ids += tok.encode(ch, add_special_tokens=False)
+            return tok.encode("<answer>", add_special_tokens=False) + ids + tok.encode("</answer>", add_special_tokens=False) + [self.eot_id]
+
+    client = CharByChar(tok)
+    [traj] = run_episode(tok, "roll/FrozenLake-v0", client, max_turns=2)
+    rerendered = render_ids(tok, EnvConfig(env_id="x").system_prompt, traj.messages)
+    assert traj.input_ids != rerendered  # re-tokenizing the text would change the sample
+    assert tok.decode(traj.input_ids) == tok.decode(rerendered)  # same text
+    for span, req in zip(model_spans(traj), client.requests):
+        assert [traj.input_ids[i] for i in span] == client.output_ids(req)
+
+
+def test_missing_end_of_turn_is_appended_as_non_model_token(tok):
+    renderer = ChatRenderer(tok, "s")
+    eot = renderer.end_of_turn_id
+
+    class NoEot(ScriptedClient):
+        def output_ids(self, request):
+            return super().output_ids(request)[:-1]  # as if cut by max_new_tokens
+
+    client = NoEot(tok)
+    [traj] = run_episode(tok, "roll/FrozenLake-v0", client, max_turns=2)
+    for span in model_spans(traj):
+        after = span[-1] + 1
+        assert traj.input_ids[after] == eot and traj.loss_mask[after] == 0
+    assert traj.input_ids == render_ids(tok, EnvConfig(env_id="x").system_prompt, traj.messages)
+
+
+def test_step_mode_samples_have_bounded_history_and_state_keys(tok):
+    client = ScriptedClient(tok)
+    samples = run_episode(tok, "rolltest/Countdown-v0", client, seed=3, max_turns=6, mode="step", history_window=1)
+    # Countdown with seed 3 lasts 4 turns: one sample per turn
+    assert [s.step_index for s in samples] == [0, 1, 2, 3]
+    assert len({s.episode_id for s in samples}) == 1 and all(s.num_turns == 4 for s in samples)
+    assert len({s.state_key for s in samples}) == 4
+    for s, req in zip(samples, client.requests):
+        assert s.input_ids[: s.prompt_length] == req.prompt_ids  # the sample is what the model saw
+        assert sum(s.loss_mask) == len(client.output_ids(req))
+        assert s.turn_rewards == [1.0]
+        # a window of 1 keeps at most the previous turn: two assistant turns at most in context
+        assert tok.decode(s.input_ids).count("<|im_start|>assistant") <= 2
+    assert "Move with" in tok.decode(samples[3].input_ids)  # the instruction stays in the window
+
+
+def test_context_limit_truncates_without_showing_a_cut_observation(tok):
+    client = ScriptedClient(tok)
+    [traj] = run_episode(tok, "roll/Sokoban-v0", client, max_turns=10, max_context_tokens=400)
+    assert traj.failure is None and traj.truncated and not traj.terminated
+    assert len(traj.input_ids) <= 400
+    assert traj.input_ids == render_ids(tok, EnvConfig(env_id="x").system_prompt, traj.messages)
+
+
+class _Raising(gymnasium.Env):
+    def __init__(self, when="step"):
+        self.when = when
+
+    def reset(self, seed=None, options=None):
+        if self.when == "reset":
+            raise ValueError("bad reset")
+        return "obs", {"instruction": "go"}
+
+    def step(self, action):
+        if self.when == "hang":
+            import time
+            time.sleep(1.0)
+        raise ValueError("bad step")
+
+
+@pytest.mark.parametrize("when,kind", [("reset", "env_error"), ("step", "env_error"), ("hang", "env_timeout")])
+def test_env_failures_are_typed(tok, when, kind):
+    env_id = f"rolltest/Raising-{when}-v0"
+    if env_id not in gymnasium.registry:
+        gymnasium.register(id=env_id, entry_point=_Raising, kwargs={"when": when}, disable_env_checker=True)
+    [traj] = run_episode(tok, env_id, ScriptedClient(tok), step_timeout_s=0.2)
+    assert traj.failure == kind
+
+
+def test_inference_errors_are_typed(tok):
+    class Failing(ScriptedClient):
+        async def generate(self, request):
+            raise ConnectionError("engine gone")
+
+    [traj] = run_episode(tok, "roll/FrozenLake-v0", Failing(tok))
+    assert traj.failure == "inference_error" and "engine gone" in traj.failure_detail
