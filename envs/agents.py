@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.spaces import Text
 
 
 def format_answer(actions: list[str], think: Optional[str] = None) -> str:
@@ -58,6 +59,12 @@ class RandomAgent:
             return choices[int(self.rng.integers(len(choices)))]
         space = self.env.action_space
         space.seed(int(self.rng.integers(2**31)))
+        if isinstance(space, Text):
+            # Text spaces of model output allow 100k characters; a short random string is
+            # just as random an answer and keeps smoke tests fast.
+            hi = min(space.max_length, 32)
+            lo = min(max(space.min_length, 1), hi)
+            return space.sample(mask=(int(self.rng.integers(lo, hi + 1)), None))
         return str(space.sample())
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
