@@ -94,3 +94,6 @@ class WorkerConfig:
     """Concurrent requests a worker accepts (inference) before the router queues them."""
     call_timeout_s: float = 600.0
     """A call to this role that takes longer fails with an error naming role and rank."""
+    max_restarts: int = 3
+    """Times Ray restarts a dead worker of this role (-1: unlimited); a collective role (trainer)
+    restarts all its ranks together."""

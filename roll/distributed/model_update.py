@@ -1,0 +1,263 @@
+"""ModelUpdateGroup: move fresh weights from a training cluster to inference clusters.
+
+``ModelUpdateGroup(train_cluster, infer_clusters, bucket_size_mb)``; ``update(version)`` per
+pipeline step. Every trainer rank iterates ``named_parameters_for_sync`` (FSDP gathers are
+collective); trainer rank 0 sends, in buckets of about ``bucket_size_mb``, over one of two
+paths chosen per inference worker:
+
+- colocated (the worker shares device slots, hence the node, with trainer rank 0):
+  on CPU the inference worker's parameters live in one shared-memory block
+  (``HFInferStrategy.shared_weight_layout``) that trainer rank 0 maps once and then writes in
+  place: one memory copy per byte, no serialisation. On GPU the tensors are handed over by
+  CUDA IPC handles (``torch.multiprocessing.reductions.reduce_tensor``), the receiver copies
+  them into its weights.
+- disaggregated (different slots or nodes): a dedicated torch.distributed group (gloo on CPU,
+  NCCL on GPU) of trainer rank 0 + every such inference worker, built from its own TCPStore so
+  it is independent of the trainer's data-parallel group; each bucket is flattened into one
+  byte buffer and broadcast, the receivers unflatten and ``update_weights``.
+
+Versions: inference workers are paused (no decode batch starts) for the whole update, the
+version becomes visible at the end, and ``update`` checks that every worker reports it
+(``policy_version``). A restarted inference worker is detected (its pid changed) and the
+links are rebuilt before the next update. Worker methods used (roll/workers/): trainer
+``weight_sync_*``; inference ``begin_weight_update``, ``finish_weight_update``,
+``shared_weight_layout``, ``init_weight_broadcast``, ``recv_weight_bucket``,
+``update_weights_ipc``, ``policy_version``, ``ping``.
+"""
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any, Optional, Sequence
+
+import torch
+
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+BROADCAST_PREFIX = "roll-weight-sync"
+
+
+# ---- tensor packing for the broadcast path ------------------------------------------------------
+def bucket_meta(bucket: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, tuple, str, int]]:
+    """(name, shape, dtype, nbytes) of each tensor, in order."""
+    return [(n, tuple(t.shape), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()) for n, t in bucket]
+
+
+def flatten_bucket(bucket: Sequence[tuple[str, torch.Tensor]]) -> torch.Tensor:
+    return torch.cat([t.detach().contiguous().view(-1).view(torch.uint8) for _, t in bucket])
+
+
+def unflatten_bucket(buffer: torch.Tensor, meta: Sequence[tuple[str, tuple, str, int]]) -> list[tuple[str, torch.Tensor]]:
+    out, offset = [], 0
+    for name, shape, dtype, nbytes in meta:
+        out.append((name, buffer[offset:offset + nbytes].view(getattr(torch, dtype)).view(shape)))
+        offset += nbytes
+    return out
+
+
+def new_broadcast_group(master_addr: str, master_port: int, world_size: int, rank: int, timeout_s: float):
+    """A process group of its own (not the default one): gloo on CPU, NCCL on GPU."""
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(master_addr, master_port, world_size, rank == 0, timeout=timeout)
+    prefixed = dist.PrefixStore(BROADCAST_PREFIX, store)
+    if torch.cuda.is_available():
+        group = dist.ProcessGroupNCCL(prefixed, rank, world_size)
+    else:
+        group = dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
+    return group, store
+
+
+class WeightReceiver:
+    """Inference side of the broadcast path (lives in the inference worker)."""
+
+    def __init__(self) -> None:
+        self.group = None
+        self.store = None
+
+    def init(self, master_addr: str, master_port: int, world_size: int, rank: int, timeout_s: float) -> None:
+        self.group, self.store = new_broadcast_group(master_addr, master_port, world_size, rank, timeout_s)
+
+    def recv(self, meta: Sequence[tuple[str, tuple, str, int]], device: str) -> list[tuple[str, torch.Tensor]]:
+        if self.group is None:
+            raise RuntimeError("weight broadcast group is not initialised on this inference worker")
+        buffer = torch.empty(sum(m[3] for m in meta), dtype=torch.uint8, device=device)
+        self.group.broadcast(buffer, 0).wait()
+        return unflatten_bucket(buffer, meta)
+
+
+class WeightSender:
+    """Trainer side (lives in every trainer rank; only rank 0 sends)."""
+
+    def __init__(self) -> None:
+        self.shared: list[dict[str, torch.Tensor]] = []  # views into receivers' shared memory
+        self._shms: list[Any] = []
+        self.ipc_receivers: list[Any] = []
+        self.bcast_receivers: list[Any] = []
+        self.group = None
+        self.store = None
+
+    def attach_shared(self, layouts: Sequence[dict]) -> None:
+        from multiprocessing import resource_tracker, shared_memory
+
+        self.detach_shared()
+        for layout in layouts:
+            shm = shared_memory.SharedMemory(name=layout["shm_name"])
+            # the block belongs to the inference worker: this process must not unlink it at exit
+            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 (no public API on py<3.13)
+            views = {name: torch.frombuffer(shm.buf, dtype=getattr(torch, dt), count=int(torch.Size(shape).numel()), offset=off).view(shape)
+                     for name, (off, shape, dt) in layout["params"].items()}
+            self._shms.append(shm)
+            self.shared.append(views)
+
+    def detach_shared(self) -> None:
+        self.shared = []  # drop the views before closing the mappings
+        for shm in self._shms:
+            try:
+                shm.close()
+            except BufferError:  # a view is still referenced somewhere: the mapping dies with the process
+                logger.warning("shared weight block %s still referenced; left mapped", shm.name)
+        self._shms = []
+
+    def init_broadcast(self, master_addr: str, master_port: int, world_size: int, receivers: list[Any], timeout_s: float) -> None:
+        self.group, self.store = new_broadcast_group(master_addr, master_port, world_size, 0, timeout_s)
+        self.bcast_receivers = list(receivers)
+
+    def send(self, buckets, version: int, is_sender: bool, timeout_s: float) -> dict[str, float]:
+        import ray
+
+        nbytes, n_buckets = 0, 0
+        t0 = time.perf_counter()
+        pending: list[Any] = []
+        for bucket in buckets:  # every rank drains the generator (FSDP gathers are collective)
+            if not is_sender:
+                continue
+            n_buckets += 1
+            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            with torch.no_grad():
+                for views in self.shared:
+                    for name, t in bucket:
+                        dst = views.get(name)
+                        if dst is None:
+                            raise KeyError(f"weight sync: {name!r} is not a parameter of the colocated inference model")
+                        dst.copy_(t)
+            if self.ipc_receivers:
+                from torch.multiprocessing.reductions import reduce_tensor
+
+                handles = [(n, reduce_tensor(t.detach().contiguous())) for n, t in bucket]
+                # the tensors must stay alive until the receivers have copied them
+                ray.get([r.update_weights_ipc.remote(handles, version, False) for r in self.ipc_receivers], timeout=timeout_s)
+            if self.bcast_receivers:
+                ray.get(pending, timeout=timeout_s)  # previous bucket fully received before reusing the group
+                meta = bucket_meta(bucket)
+                pending = [r.recv_weight_bucket.remote(meta, version) for r in self.bcast_receivers]
+                self.group.broadcast(flatten_bucket(bucket), 0).wait()
+        if pending:
+            ray.get(pending, timeout=timeout_s)
+        return {"bytes": float(nbytes), "buckets": float(n_buckets), "send_s": time.perf_counter() - t0}
+
+
+class ModelUpdateGroup:
+    """Trainer -> inference weight sync (see module docstring)."""
+
+    def __init__(self, train_cluster: Any, infer_clusters: Any, bucket_size_mb: int = 256, *,
+                 mode: str = "auto", timeout_s: Optional[float] = None):
+        import ray
+
+        if mode not in ("auto", "colocated", "broadcast"):
+            raise ValueError(f"ModelUpdateGroup mode must be auto, colocated or broadcast, got {mode!r}")
+        self.train = train_cluster
+        self.infers = list(infer_clusters) if isinstance(infer_clusters, (list, tuple)) else [infer_clusters]
+        self.bucket_size_mb = int(bucket_size_mb)
+        self.mode = mode
+        self.timeout_s = float(timeout_s or train_cluster.call_timeout_s)
+        self.version = 0
+        self._ray = ray
+        self._links_pids: dict[tuple[int, int], int] = {}
+        self.paths: dict[tuple[int, int], str] = {}
+        self._build_links()
+
+    # ---- topology -------------------------------------------------------------------------------
+    def _receivers(self) -> list[tuple[int, int, Any]]:
+        return [(c, r, w) for c, cl in enumerate(self.infers) for r, w in enumerate(cl.workers)]
+
+    def _choose_path(self, c: int, r: int, info: dict, trainer_info: dict) -> str:
+        if self.mode == "broadcast":
+            return "broadcast"
+        same_node = info["node_id"] == trainer_info["node_id"]
+        if self.mode == "colocated":
+            if not same_node:
+                raise ValueError(f"{self.infers[c].role} rank {r} is on another node than {self.train.role} rank 0; "
+                                 "the colocated path needs one node")
+            return "colocated"
+        shares = set(self.infers[c].devices[r]) & set(self.train.devices[0])
+        return "colocated" if same_node and shares else "broadcast"
+
+    def _build_links(self) -> None:
+        ray = self._ray
+        self.train.ensure_ready()
+        for cl in self.infers:
+            cl.ensure_ready()
+        trainer_info = self.train.call("ping", mode="rank0")
+        receivers = self._receivers()
+        infos = ray.get([w.ping.remote() for _, _, w in receivers], timeout=self.timeout_s)
+        self.paths = {(c, r): self._choose_path(c, r, info, trainer_info) for (c, r, _), info in zip(receivers, infos)}
+        self._links_pids = {(c, r): info["pid"] for (c, r, _), info in zip(receivers, infos)}
+        self._trainer_pid = trainer_info["pid"]
+        colocated = [(c, r, w) for c, r, w in receivers if self.paths[(c, r)] == "colocated"]
+        bcast = [w for c, r, w in receivers if self.paths[(c, r)] == "broadcast"]
+        on_gpu = trainer_info.get("device") == "cuda"
+        if colocated and not on_gpu:
+            layouts = ray.get([w.shared_weight_layout.remote() for _, _, w in colocated], timeout=self.timeout_s)
+            self.train.call("weight_sync_attach_shared", layouts, mode="rank0")
+        elif colocated:
+            self.train.call("weight_sync_set_ipc_receivers", [w for _, _, w in colocated], mode="rank0")
+        if bcast:
+            addr, port = self.train.call("master_address", mode="rank0")
+            world = 1 + len(bcast)
+            refs = [w.init_weight_broadcast.remote(addr, port, world, i + 1, self.timeout_s) for i, w in enumerate(bcast)]
+            self.train.call("weight_sync_init_broadcast", addr, port, world, bcast, self.timeout_s, mode="rank0")
+            ray.get(refs, timeout=self.timeout_s)
+        logger.info("model update links: %s", {f"{self.infers[c].role}[{r}]": p for (c, r), p in self.paths.items()})
+
+    def _links_stale(self) -> bool:
+        ray = self._ray
+        for cl in self.infers:
+            cl.ensure_ready()
+        self.train.ensure_ready()
+        infos = ray.get([w.ping.remote() for _, _, w in self._receivers()], timeout=self.timeout_s)
+        if self.train.call("ping", mode="rank0")["pid"] != self._trainer_pid:
+            return True
+        return any(self._links_pids.get((c, r)) != info["pid"] for (c, r, _), info in zip(self._receivers(), infos))
+
+    # ---- update -----------------------------------------------------------------------------------
+    def update(self, version: Optional[int] = None) -> dict[str, float]:
+        """Send the trainer's current weights as ``version`` (default: previous + 1); returns
+        ``model_update/*`` metrics. Raises if any inference worker does not serve it afterwards."""
+        ray = self._ray
+        version = self.version + 1 if version is None else int(version)
+        if self._links_stale():
+            logger.warning("a trainer or inference worker restarted since the last update: rebuilding weight-sync links")
+            self._build_links()
+        t0 = time.perf_counter()
+        workers = [w for _, _, w in self._receivers()]
+        ray.get([w.begin_weight_update.remote(self.timeout_s) for w in workers], timeout=self.timeout_s)
+        sent = False
+        try:
+            stats = self.train.call("weight_sync_send", version, self.bucket_size_mb, timeout_s=self.timeout_s)[0]
+            sent = True
+        finally:
+            # resume generation even if the send failed; only a complete send publishes the version
+            done = ray.get([w.finish_weight_update.remote(version if sent else None) for w in workers], timeout=self.timeout_s)
+        served = ray.get([w.policy_version.remote() for w in workers], timeout=self.timeout_s)
+        wrong = [f"{self.infers[c].role} rank {r} serves {v}" for (c, r, _), v in zip(self._receivers(), served) if v != version]
+        if wrong:
+            raise RuntimeError(f"weight update to version {version} incomplete: {'; '.join(wrong)}")
+        self.version = version
+        elapsed = time.perf_counter() - t0
+        return {"model_update/time_s": elapsed, "model_update/send_s": stats["send_s"], "model_update/bytes": stats["bytes"],
+                "model_update/buckets": stats["buckets"], "model_update/version": float(version),
+                "model_update/receivers": float(len(done))}

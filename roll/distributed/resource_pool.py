@@ -1,0 +1,471 @@
+"""AutoDeviceMapping: plan roles onto a pool of device slots, validate, and place them on Ray.
+
+A pool has ``pool_size`` device slots numbered 0..N-1: GPUs when the Ray cluster has them,
+otherwise (``resources.device: auto`` or ``cpu``) CPU slots. Each role's ``device_mapping``
+("0-7", "0-3,8-11" or a list; parsed, never evaluated) picks slots; the mapping is split into
+workers of ``num_gpus_per_worker`` slots. Roles whose mappings overlap are colocated (they
+time-share the slots; offload/reload around phases), disjoint roles run concurrently. Roles
+without a mapping are CPU-only workers (``world_size`` x ``num_cpus_per_worker``).
+
+On CPU the slots are virtual when ``cpus_per_device_slot`` is 0: the pool is as large as the
+highest mapped rank (or ``num_devices``), so a GPU YAML with "0-7" plans and runs on a laptop.
+
+Public API (``roll plan`` and the pipelines use these):
+
+- :func:`make_plan` (cfg) -> :class:`Plan` with every problem in ``plan.errors``;
+- :func:`validate_plan` (cfg) -> Plan, raising ConfigError listing every problem (call it
+  before launching anything);
+- :func:`print_plan` (cfg) -> bool: prints the placement table and batch arithmetic;
+- :class:`ResourcePool`: Ray placement groups for the plan; ``worker_slots(role)`` gives each
+  worker's bundle, Ray resources and environment (device visibility) for
+  :class:`roll.distributed.cluster.Cluster`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from roll.config.validate import ConfigError
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+INFERENCE_STRATEGIES = {"hf_infer", "vllm", "sglang"}
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def parse_device_mapping(spec: Any) -> list[int]:
+    """``"0-3,8-11"`` / ``[0, 1]`` / ``"5"`` -> sorted-as-given list of ranks; ValueError if malformed."""
+    if spec is None:
+        return []
+    if isinstance(spec, (list, tuple)):
+        if not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in spec):
+            raise ValueError(f"device_mapping list must hold non-negative integers, got {list(spec)!r}")
+        return list(spec)
+    if not isinstance(spec, str):
+        raise ValueError(f"device_mapping must be a list or a range string like '0-7', got {spec!r}")
+    ranks: list[int] = []
+    for part in spec.replace(" ", "").split(","):
+        m = _RANGE.match(part)
+        if not m:
+            raise ValueError(f"device_mapping {spec!r}: {part!r} is not a rank or a range 'a-b'")
+        lo, hi = int(m.group(1)), int(m.group(2) if m.group(2) is not None else m.group(1))
+        if hi < lo:
+            raise ValueError(f"device_mapping {spec!r}: range {part!r} runs backwards")
+        ranks.extend(range(lo, hi + 1))
+    return ranks
+
+
+def format_ranks(ranks: list[int]) -> str:
+    """[0,1,2,3,8] -> "0-3,8"."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out) or "-"
+
+
+@dataclass
+class PoolInfo:
+    """What the cluster offers: GPUs and CPUs per node."""
+
+    gpus_per_node: list[int]
+    cpus_per_node: list[float]
+    source: str
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.gpus_per_node)
+
+    @property
+    def num_cpus(self) -> float:
+        return sum(self.cpus_per_node)
+
+
+def read_pool_info(num_cpus_hint: Optional[int] = None) -> PoolInfo:
+    """From the connected Ray cluster, else from this machine (``roll plan`` starts no cluster)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            return PoolInfo([int(n["Resources"].get("GPU", 0)) for n in nodes],
+                            [float(n["Resources"].get("CPU", 0)) for n in nodes], f"ray cluster ({len(nodes)} nodes)")
+    except ImportError:  # planning works without ray installed
+        pass
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    except ImportError:
+        gpus = 0
+    return PoolInfo([gpus], [float(num_cpus_hint or os.cpu_count() or 1)], "this machine")
+
+
+@dataclass
+class RolePlacement:
+    """Where one role's workers go."""
+
+    role: str
+    num_workers: int
+    devices: list[list[int]] = field(default_factory=list)
+    """Device slots of each worker (empty for CPU-only roles)."""
+    num_gpus_per_worker: int = 0
+    num_cpus_per_worker: float = 1.0
+    strategy: str = ""
+    dp_size: int = 1
+    colocated_with: list[str] = field(default_factory=list)
+
+    @property
+    def on_device_slots(self) -> bool:
+        return bool(self.devices)
+
+    @property
+    def slots(self) -> list[int]:
+        return [d for w in self.devices for d in w]
+
+
+@dataclass
+class Plan:
+    device: str
+    pool_size: int
+    pool: PoolInfo
+    roles: dict[str, RolePlacement] = field(default_factory=dict)
+    batch: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    virtual_slots: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def node_of(self, slot: int) -> str:
+        if self.device != "gpu":
+            return "0"
+        start = 0
+        for i, n in enumerate(self.pool.gpus_per_node):
+            if slot < start + n:
+                return str(i)
+            start += n
+        return "?"
+
+
+def _tp(strategy_config: dict) -> tuple[int, int]:
+    tp = strategy_config.get("tensor_parallel_size", strategy_config.get("tensor_model_parallel_size", 1))
+    pp = strategy_config.get("pipeline_parallel_size", strategy_config.get("pipeline_model_parallel_size", 1))
+    return int(tp or 1), int(pp or 1)
+
+
+def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles: Optional[dict[str, tuple[int, float]]] = None) -> Plan:
+    """Place ``roles`` (name -> WorkerConfig) on the pool; every problem goes to ``plan.errors``."""
+    errors: list[str] = []
+    device = resources.device
+    if device == "gpu" and pool.num_gpus == 0:
+        errors.append(f"resources.device: gpu, but {pool.source} has no GPUs (use device: auto to fall back to CPU slots)")
+    use_gpu = pool.num_gpus > 0 and device in ("auto", "gpu")
+    mappings: dict[str, list[int]] = {}
+    for name, wc in roles.items():
+        try:
+            mappings[name] = parse_device_mapping(wc.device_mapping)
+        except ValueError as e:
+            errors.append(f"{name}.device_mapping: {e}")
+    highest = max((max(m) for m in mappings.values() if m), default=-1)
+    virtual = False
+    if resources.num_devices is not None:
+        pool_size = int(resources.num_devices)
+        if use_gpu and pool_size > pool.num_gpus:
+            errors.append(f"resources.num_devices: {pool_size} GPUs requested, {pool.source} has {pool.num_gpus}")
+    elif use_gpu:
+        pool_size = pool.num_gpus
+    elif resources.cpus_per_device_slot > 0:
+        pool_size = int(pool.num_cpus // resources.cpus_per_device_slot)
+    else:
+        pool_size, virtual = highest + 1, True
+    plan = Plan("gpu" if use_gpu else "cpu", pool_size, pool, errors=errors, virtual_slots=virtual)
+
+    for name, wc in roles.items():
+        strategy = wc.strategy_args.strategy_name
+        tp, pp = _tp(wc.strategy_args.strategy_config)
+        ranks = mappings.get(name)
+        if ranks is None:
+            continue
+        if not ranks:  # CPU-only role
+            n = wc.world_size if wc.world_size is not None else 1
+            if n < 1:
+                errors.append(f"{name}.world_size: must be >= 1, got {n}")
+            plan.roles[name] = RolePlacement(name, max(n, 0), [], 0, wc.num_cpus_per_worker, strategy, max(n, 1))
+            continue
+        g = wc.num_gpus_per_worker
+        dups = sorted({r for r in ranks if ranks.count(r) > 1})
+        if dups:
+            errors.append(f"{name}.device_mapping: ranks listed twice: {format_ranks(dups)}")
+        outside = sorted({r for r in ranks if r >= pool_size})
+        if outside:
+            errors.append(f"{name}.device_mapping: ranks {format_ranks(outside)} are outside the pool of {pool_size} "
+                          f"device slots ({plan.device}, {pool.source}); valid ranks are 0-{pool_size - 1}")
+        if g < 1:
+            errors.append(f"{name}.num_gpus_per_worker: must be >= 1 with a device_mapping, got {g}")
+            continue
+        if len(ranks) % g:
+            errors.append(f"{name}.device_mapping: {len(ranks)} devices are not divisible by num_gpus_per_worker={g}")
+            continue
+        n_workers = len(ranks) // g
+        if wc.world_size is not None and wc.world_size != n_workers:
+            errors.append(f"{name}.world_size: {wc.world_size} disagrees with device_mapping "
+                          f"({len(ranks)} devices / {g} per worker = {n_workers} workers)")
+        groups = [ranks[i * g:(i + 1) * g] for i in range(n_workers)]
+        if plan.device == "gpu":
+            for grp in groups:
+                if len({plan.node_of(s) for s in grp}) > 1:
+                    errors.append(f"{name}: worker devices {format_ranks(grp)} span several nodes; one worker's devices must share a node")
+        dp = n_workers
+        if strategy in INFERENCE_STRATEGIES:
+            if tp * pp > g or g % (tp * pp):
+                errors.append(f"{name}: tensor_parallel_size {tp} x pipeline {pp} does not fit num_gpus_per_worker={g} "
+                              f"(each inference worker is one engine holding its devices)")
+        else:
+            world = n_workers * g
+            if world % (tp * pp):
+                errors.append(f"{name}: tensor {tp} x pipeline {pp} parallel does not divide the {world} training devices")
+            else:
+                dp = world // (tp * pp) if g == 1 else n_workers
+        plan.roles[name] = RolePlacement(name, n_workers, groups, g, wc.num_cpus_per_worker, strategy, max(dp, 1))
+
+    for name, (n, cpus) in (cpu_roles or {}).items():
+        plan.roles[name] = RolePlacement(name, n, [], 0, cpus, "", n)
+    placed = [r for r in plan.roles.values() if r.on_device_slots]
+    for a in placed:
+        a.colocated_with = [b.role for b in placed if b is not a and set(a.slots) & set(b.slots)]
+    cpu_demand = sum(r.num_workers * r.num_cpus_per_worker for r in plan.roles.values() if not r.on_device_slots)
+    cpu_demand += (pool_size if not use_gpu else len({s for r in placed for s in r.slots})) * max(resources.cpus_per_device_slot, 0)
+    if cpu_demand > pool.num_cpus:
+        plan.warnings.append(f"the plan reserves {cpu_demand:g} CPUs, {pool.source} has {pool.num_cpus:g}: Ray will wait for "
+                             f"resources and the launch fails after its placement timeout")
+    return plan
+
+
+def _config_roles(cfg: Any) -> tuple[dict[str, Any], dict[str, tuple[int, float]]]:
+    roles = {"actor_train": cfg.actor_train, "actor_infer": cfg.actor_infer}
+    for name in ("reference", "critic"):
+        if getattr(cfg, name) is not None:
+            roles[name] = getattr(cfg, name)
+    cpu_roles: dict[str, tuple[int, float]] = {}
+    for name, rc in cfg.rewards.items():
+        cpu_roles[f"reward.{name}"] = (rc.world_size, 1.0)
+        if rc.judge is not None:
+            roles[f"reward.{name}.judge"] = rc.judge
+    if cfg.pipeline == "agentic":
+        cpu_roles["env.train"] = (cfg.train_env_manager.num_env_workers, 1.0)
+        if cfg.val_env_manager is not None:
+            cpu_roles["env.val"] = (cfg.val_env_manager.num_env_workers, 1.0)
+    return roles, cpu_roles
+
+
+def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
+    rows, errors = plan.batch, plan.errors
+    rbs = cfg.rollout_batch_size
+    rows.append(("rollout_batch_size", str(rbs)))
+    if cfg.pipeline == "agentic":
+        g = cfg.train_env_manager.group_size
+        rows.append(("group_size (train_env_manager)", str(g)))
+    elif cfg.pipeline == "rlvr":
+        g = cfg.actor_infer.generating_args.num_return_sequences
+        rows.append(("group_size (num_return_sequences)", str(g)))
+    else:
+        g = 1
+    if g < 1 or rbs % g:
+        errors.append(f"rollout_batch_size {rbs} is not a multiple of the group size {g}")
+    elif cfg.pipeline == "agentic":
+        groups = rbs // g
+        rows.append(("groups per batch", str(groups)))
+        part = cfg.train_env_manager.num_groups_partition
+        if part and sum(part) != groups:
+            errors.append(f"train_env_manager.num_groups_partition sums to {sum(part)}, but a batch has {rbs} / {g} = {groups} groups")
+        if part and len(part) != len(cfg.train_env_manager.tags):
+            errors.append(f"train_env_manager.num_groups_partition has {len(part)} entries for {len(cfg.train_env_manager.tags)} tags")
+    for name in ("actor_train", "critic"):
+        p = plan.roles.get(name)
+        wc = getattr(cfg, name)
+        if p is None or wc is None:
+            continue
+        ta = wc.training_args
+        mini = p.dp_size * ta.per_device_train_batch_size * ta.gradient_accumulation_steps
+        rows.append((f"{name}: dp x micro x grad_accum", f"{p.dp_size} x {ta.per_device_train_batch_size} x {ta.gradient_accumulation_steps} = {mini} per optimizer step"))
+        if ta.per_device_train_batch_size < 1 or ta.gradient_accumulation_steps < 1:
+            errors.append(f"{name}.training_args: per_device_train_batch_size and gradient_accumulation_steps must be >= 1")
+        elif rbs % mini:
+            errors.append(f"{name}: rollout_batch_size {rbs} is not a multiple of dp {p.dp_size} x per_device_train_batch_size "
+                          f"{ta.per_device_train_batch_size} x gradient_accumulation_steps {ta.gradient_accumulation_steps} = {mini}")
+        else:
+            rows.append((f"{name}: optimizer steps per pipeline step", f"{rbs // mini} x ppo_epochs {cfg.algorithm.ppo_epochs}"))
+    for name in ("actor_train", "reference", "critic"):
+        p = plan.roles.get(name)
+        if p is not None and rbs % p.dp_size:
+            errors.append(f"{name}: rollout_batch_size {rbs} does not split evenly over its {p.dp_size} data-parallel ranks")
+
+
+def make_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> Plan:
+    """The placement and batch arithmetic of a PipelineConfig, with every problem listed."""
+    pool = pool or read_pool_info(cfg.ray.num_cpus)
+    roles, cpu_roles = _config_roles(cfg)
+    plan = plan_roles(cfg.resources, roles, pool, cpu_roles)
+    _batch_arithmetic(cfg, plan)
+    return plan
+
+
+def validate_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> Plan:
+    """Run before launch: raises ConfigError naming every placement and batch problem."""
+    plan = make_plan(cfg, pool)
+    if plan.errors:
+        raise ConfigError(plan.errors)
+    for w in plan.warnings:
+        logger.warning(w)
+    return plan
+
+
+def print_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> bool:
+    """``roll plan``: print the placement table and batch arithmetic; False if the plan is invalid."""
+    from rich.console import Console
+    from rich.table import Table
+
+    plan = make_plan(cfg, pool)
+    console = Console()
+    console = Console(width=max(console.width, 150))  # a placement table folded into 80 columns is unreadable
+    virtual = " (virtual CPU slots: ranks map onto this machine's CPUs)" if plan.virtual_slots else ""
+    console.print(f"pool: {plan.pool_size} {plan.device} device slots from {plan.pool.source}{virtual}")
+    table = Table(title="placement")
+    for col in ("role", "workers", "devices / worker", "device slots", "cpus / worker", "node", "colocated with", "strategy"):
+        table.add_column(col)
+    for r in plan.roles.values():
+        nodes = sorted({plan.node_of(s) for s in r.slots}) if r.on_device_slots else ["any"]
+        table.add_row(r.role, str(r.num_workers), str(r.num_gpus_per_worker) if r.on_device_slots else "cpu",
+                      format_ranks(r.slots) if r.on_device_slots else "-", f"{r.num_cpus_per_worker:g}",
+                      ",".join(nodes), ", ".join(r.colocated_with) or "-", r.strategy or "-")
+    console.print(table)
+    batch = Table(title="batch arithmetic")
+    batch.add_column("quantity")
+    batch.add_column("value")
+    for k, v in plan.batch:
+        batch.add_row(k, v)
+    console.print(batch)
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    if plan.errors:
+        console.print(f"[red]{len(plan.errors)} problem{'s' if len(plan.errors) != 1 else ''}:[/red]")
+        for e in plan.errors:
+            console.print(f"  - {e}", markup=False, highlight=False)
+        return False
+    console.print("[green]plan OK[/green]")
+    return True
+
+
+# ---- runtime: Ray placement groups ----------------------------------------------------------
+@dataclass
+class WorkerSlot:
+    """Where one worker (Ray actor) goes and what it gets."""
+
+    placement_group: Any
+    bundle_index: int
+    num_cpus: float
+    num_gpus: float
+    devices: list[int]
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+
+class ResourcePool:
+    """Ray placement groups for a plan: one bundle per device slot (shared by colocated roles)
+    and one group per CPU-only role. Use ``ResourcePool.from_config(cfg)`` in pipelines, or
+    ``ResourcePool(resources, {role: WorkerConfig})`` directly."""
+
+    def __init__(self, resources: Any, roles: dict[str, Any], *, pool: Optional[PoolInfo] = None, timeout_s: float = 60.0,
+                 cpu_roles: Optional[dict[str, tuple[int, float]]] = None):
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("ResourcePool needs ray.init() first")
+        self.resources = resources
+        self.timeout_s = timeout_s
+        self.plan = plan_roles(resources, roles, pool or read_pool_info(), cpu_roles)
+        if self.plan.errors:
+            raise ConfigError(self.plan.errors)
+        self._role_pgs: dict[str, Any] = {}
+        self._slot_gpu_ids: dict[int, list[str]] = {}
+        self.device_pg = None
+        used = sorted({s for r in self.plan.roles.values() for s in r.slots})
+        if used:
+            slot_cpu = max(resources.cpus_per_device_slot, 0.01)  # Ray bundles cannot be empty
+            bundle = {"GPU": 1, "CPU": slot_cpu} if self.plan.device == "gpu" else {"CPU": slot_cpu}
+            self.device_pg = self._make_pg([dict(bundle) for _ in range(self.plan.pool_size)], "device slots")
+            if self.plan.device == "gpu":
+                self._probe_gpu_ids(used)
+
+    @classmethod
+    def from_config(cls, cfg: Any, timeout_s: float = 60.0) -> "ResourcePool":
+        roles, cpu_roles = _config_roles(cfg)
+        return cls(cfg.resources, roles, timeout_s=timeout_s, cpu_roles=cpu_roles)
+
+    def _make_pg(self, bundles: list[dict], what: str):
+        import ray
+        from ray.util.placement_group import placement_group
+
+        pg = placement_group(bundles, strategy="PACK")
+        if not pg.wait(self.timeout_s):
+            ray.util.remove_placement_group(pg)
+            raise RuntimeError(f"placement group for {what} ({len(bundles)} x {bundles[0]}) not ready after {self.timeout_s:g}s; "
+                               f"the cluster offers {ray.available_resources()}")
+        return pg
+
+    def _probe_gpu_ids(self, slots: list[int]) -> None:
+        """Ask each used GPU bundle which physical GPU it holds, so a worker spanning several
+        slots (tensor parallel) can be given all of them through CUDA_VISIBLE_DEVICES."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        @ray.remote(num_gpus=0.001, num_cpus=0)
+        def gpu_ids():
+            return [str(i) for i in ray.get_gpu_ids()]
+
+        refs = {s: gpu_ids.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.device_pg, s)).remote() for s in slots}
+        self._slot_gpu_ids = {s: ray.get(ref, timeout=self.timeout_s) for s, ref in refs.items()}
+
+    def worker_slots(self, role: str, worker_config: Any = None) -> list[WorkerSlot]:
+        placement = self.plan.roles.get(role)
+        if placement is None:
+            if worker_config is None:
+                raise KeyError(f"role {role!r} is not in the resource pool's plan ({', '.join(self.plan.roles)})")
+            placement = RolePlacement(role, worker_config.world_size or 1, [], 0, worker_config.num_cpus_per_worker)
+            self.plan.roles[role] = placement
+        if not placement.on_device_slots:
+            if role not in self._role_pgs:
+                cpus = max(placement.num_cpus_per_worker, 0.01)
+                self._role_pgs[role] = self._make_pg([{"CPU": cpus} for _ in range(placement.num_workers)], f"role {role}")
+            pg = self._role_pgs[role]
+            return [WorkerSlot(pg, i, max(placement.num_cpus_per_worker, 0.01), 0, []) for i in range(placement.num_workers)]
+        # colocated roles share a slot's bundle: each takes an equal fraction of it
+        share = 1 + max((len([o for o in self.plan.roles.values() if o.on_device_slots and s in o.slots]) - 1)
+                        for s in placement.slots)
+        slot_cpu = max(self.resources.cpus_per_device_slot, 0.01)
+        out = []
+        for devices in placement.devices:
+            env: dict[str, str] = {}
+            num_gpus = 0.0
+            if self.plan.device == "gpu":
+                num_gpus = 1.0 / share if len(devices) == 1 else 0.001
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(g for s in devices for g in self._slot_gpu_ids.get(s, []))
+                env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] = "1"
+            out.append(WorkerSlot(self.device_pg, devices[0], slot_cpu / share, num_gpus, list(devices), env))
+        return out
+
+    def shutdown(self) -> None:
+        import ray
+
+        for pg in [self.device_pg, *self._role_pgs.values()]:
+            if pg is not None:
+                ray.util.remove_placement_group(pg)
+        self.device_pg, self._role_pgs = None, {}

@@ -1,0 +1,90 @@
+"""ActorWorker: the policy-training role (``actor_train``), one rank of a data-parallel group.
+
+Holds a training strategy (``strategy_args.strategy_name``, registered in STRATEGIES; the
+constructor contract is ``cls(worker_config, model_path, critic=, seed=, num_training_steps=)``
+plus ``setup()``, see roll/strategies/torch_train.py). Call it through a Cluster:
+
+- ``compute_logprobs(batch, key="old_logprobs")`` (dispatch ``dp``) -> Batch with ``key`` [B, T];
+- ``train_step(batch, loss_fn)`` (``dp``): one optimizer step on this rank's share of a
+  mini-batch; ``train(batch, loss_fn, epochs)`` (``dp``): every mini-batch of
+  ``per_device_train_batch_size x gradient_accumulation_steps`` rows of this rank's share, for
+  ``epochs`` passes. Metrics: the strategy's ``loss``, ``grad_norm``, ``lr``, ``skipped_steps``
+  under ``actor/``; the loss_fn's own (already namespaced) metrics as they are;
+- ``save(dir)`` / ``load(dir)`` (``all``), ``offload`` / ``reload``;
+- ``weight_sync_*``: the trainer side of roll/distributed/model_update.py.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from roll.data.batch import Batch
+from roll.distributed.model_update import WeightSender
+from roll.registry import STRATEGIES
+from roll.workers.base import Worker
+
+
+class ActorWorker(Worker):
+    collective = True
+    metric_prefix = "actor"
+    is_critic = False
+
+    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *,
+                 num_training_steps: Optional[int] = None, **kwargs: Any):
+        super().__init__(role, rank, world_size, worker_config, **kwargs)
+        self.num_training_steps = num_training_steps
+        self.strategy = None
+        self.sender = WeightSender()
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        from roll.strategies.torch_train import init_process_group
+
+        init_process_group(self.rank, self.world_size, master_addr, master_port, self.worker_config.call_timeout_s)
+        cls = STRATEGIES.get(self.worker_config.strategy_args.strategy_name)
+        self.strategy = cls(self.worker_config, self.model_path, critic=self.is_critic, seed=self.seed,
+                            num_training_steps=self.num_training_steps)
+        self.strategy.setup()
+
+    # ---- compute ----------------------------------------------------------------------------
+    def compute_logprobs(self, batch: Batch, key: str = "old_logprobs") -> Batch:
+        return Batch({key: self.strategy.logprobs(batch)})
+
+    def _namespaced(self, metrics: dict[str, float]) -> dict[str, float]:
+        return {k if "/" in k else f"{self.metric_prefix}/{k}": v for k, v in metrics.items()}
+
+    def train_step(self, batch: Batch, loss_fn: Any) -> dict[str, float]:
+        return self._namespaced(self.strategy.train_step(batch, loss_fn))
+
+    def train(self, batch: Batch, loss_fn: Any, epochs: int = 1) -> dict[str, float]:
+        """All optimizer steps of one rollout batch; metrics averaged over steps."""
+        ta = self.worker_config.training_args
+        mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps
+        sums: dict[str, float] = {}
+        steps = 0
+        for _ in range(epochs):
+            for part in batch.split(mini):
+                for k, v in self.train_step(part, loss_fn).items():
+                    sums[k] = sums.get(k, 0.0) + v
+                steps += 1
+        out = {k: v / max(steps, 1) for k, v in sums.items()}
+        out[f"{self.metric_prefix}/optimizer_steps"] = float(steps)
+        return out
+
+    def save(self, path: str) -> None:
+        self.strategy.save(path)
+
+    def load(self, path: str) -> None:
+        self.strategy.load(path)
+
+    # ---- weight sync (trainer side) -------------------------------------------------------------
+    def weight_sync_attach_shared(self, layouts: list[dict]) -> None:
+        self.sender.attach_shared(layouts)
+
+    def weight_sync_set_ipc_receivers(self, receivers: list[Any]) -> None:
+        self.sender.ipc_receivers = list(receivers)
+
+    def weight_sync_init_broadcast(self, master_addr: str, master_port: int, world_size: int, receivers: list[Any], timeout_s: float) -> None:
+        self.sender.init_broadcast(master_addr, master_port, world_size, receivers, timeout_s)
+
+    def weight_sync_send(self, version: int, bucket_size_mb: int) -> dict[str, float]:
+        buckets = self.strategy.named_parameters_for_sync(bucket_size_mb)
+        return self.sender.send(buckets, version, self.rank == 0, self.worker_config.call_timeout_s)

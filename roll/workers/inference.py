@@ -1,0 +1,94 @@
+"""InferenceWorker: the generation role (``actor_infer``, also LLM judges), a Ray async actor.
+
+Holds an inference strategy (``strategy_args.strategy_name``: hf_infer, vllm, sglang; the
+constructor contract is ``cls(worker_config, model_path, seed=)``). Many ``generate`` calls
+run concurrently (``worker_config.max_concurrency``); the rollout scheduler calls
+``worker.generate.remote(request)`` directly on ``cluster.workers``.
+
+Methods: ``generate(GenerationRequest) -> GenerationResult``, ``abort(ids)``,
+``policy_version()``, ``compute_logprobs(batch, key)`` (train/infer parity checks; strategies
+that can score), ``update_weights(named_tensors, version, last_bucket)``, ``offload``/``reload``,
+and the receiving side of roll/distributed/model_update.py (``begin_weight_update``,
+``finish_weight_update``, ``shared_weight_layout``, ``init_weight_broadcast``,
+``recv_weight_bucket``, ``update_weights_ipc``).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from roll.data.batch import Batch
+from roll.distributed.model_update import WeightReceiver
+from roll.registry import STRATEGIES
+from roll.strategies.base import GenerationRequest, GenerationResult
+from roll.workers.base import Worker
+
+
+class InferenceWorker(Worker):
+    collective = False
+
+    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, **kwargs: Any):
+        super().__init__(role, rank, world_size, worker_config, **kwargs)
+        self.strategy = None
+        self.receiver = WeightReceiver()
+
+    async def setup(self, master_addr: str, master_port: int) -> None:
+        cls = STRATEGIES.get(self.worker_config.strategy_args.strategy_name)
+        # model loading blocks: keep the event loop free for pings meanwhile
+        self.strategy = await asyncio.to_thread(cls, self.worker_config, self.model_path, seed=self.seed + self.rank)
+        await self.strategy.start()
+
+    async def ping(self) -> dict[str, Any]:
+        return Worker.ping(self)
+
+    # ---- generation ---------------------------------------------------------------------------
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        return await self.strategy.generate(request)
+
+    async def abort(self, request_ids: list[str]) -> None:
+        await self.strategy.abort(request_ids)
+
+    async def policy_version(self) -> int:
+        return self.strategy.policy_version()
+
+    async def compute_logprobs(self, batch: Batch, key: str = "infer_logprobs") -> Batch:
+        return Batch({key: await asyncio.to_thread(self.strategy.logprobs, batch)})
+
+    async def offload(self) -> None:
+        await asyncio.to_thread(self.strategy.offload)
+
+    async def reload(self) -> None:
+        await asyncio.to_thread(self.strategy.reload)
+
+    # ---- weights ----------------------------------------------------------------------------
+    async def update_weights(self, named_tensors: list, version: int, last_bucket: bool = True) -> None:
+        await asyncio.to_thread(self.strategy.update_weights, named_tensors, version, last_bucket)
+
+    async def begin_weight_update(self, timeout_s: float = 600.0) -> None:
+        if hasattr(self.strategy, "pause"):
+            await self.strategy.pause(timeout_s)
+
+    async def finish_weight_update(self, version: Optional[int]) -> int:
+        """Publish ``version`` (None: the update failed, keep the old one) and resume generation."""
+        try:
+            if version is not None:
+                # an empty last bucket publishes the version through the protocol method
+                await asyncio.to_thread(self.strategy.update_weights, [], version, True)
+        finally:
+            if hasattr(self.strategy, "resume"):
+                self.strategy.resume()
+        return self.strategy.policy_version()
+
+    async def shared_weight_layout(self) -> dict:
+        return await asyncio.to_thread(self.strategy.shared_weight_layout)
+
+    async def init_weight_broadcast(self, master_addr: str, master_port: int, world_size: int, rank: int, timeout_s: float) -> None:
+        await asyncio.to_thread(self.receiver.init, master_addr, master_port, world_size, rank, timeout_s)
+
+    async def recv_weight_bucket(self, meta: list, version: int) -> None:
+        named = await asyncio.to_thread(self.receiver.recv, meta, self._device())
+        await asyncio.to_thread(self.strategy.update_weights, named, version, False)
+
+    async def update_weights_ipc(self, handles: list, version: int, last_bucket: bool = False) -> None:
+        named = [(name, func(*args)) for name, (func, args) in handles]  # CUDA IPC: rebuild the trainer's tensors
+        await asyncio.to_thread(self.strategy.update_weights, named, version, last_bucket)
