@@ -4,8 +4,8 @@ The original indexes products with Lucene (pyserini) and returns the top 50 hits
 with Lucene's BM25 variant (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), term weight
 tf / (tf + k1 * (1 - b + b * dl / avgdl)), pyserini's defaults k1=0.9, b=0.4) over an inverted
 index of precomputed per-document term weights held in numpy arrays. A query then costs a
-few array additions, about 10x faster than bm25s' per-call path on this catalog size (see
-bench/webshop.py), and tests/envs/test_webshop_search.py checks the scores equal bm25s'
+few array additions, several times faster than bm25s' per-query path on this catalog (see
+docs/benchmarks.md), and tests/envs/test_webshop_search.py checks the scores equal bm25s'
 ``method="lucene"`` on the same tokens.
 """
 from __future__ import annotations
