@@ -47,7 +47,9 @@ def test_sigkill_during_write_keeps_previous_checkpoint(tmp_path):
         from pathlib import Path
         from roll.utils.checkpoint import CheckpointManager
         mgr = CheckpointManager({str(tmp_path)!r}, max_to_keep=3)
-        mgr.save(1, lambda d: (d / "payload.txt").write_text("one"))
+        def one(d):
+            (d / "payload.txt").write_text("one")
+        mgr.save(1, one)
         def slow(d):
             (d / "payload.txt").write_text("two-partial")
             print("WRITING", flush=True)

@@ -71,15 +71,16 @@ class CheckpointManager:
     def step_dir(self, step: int) -> Path:
         return self.root / f"step-{step}"
 
-    def save(self, step: int, write: Callable[[Path], None], state: Optional[dict[str, Any]] = None) -> Path:
-        """Call ``write(tmp_dir)`` to fill the checkpoint, then publish it atomically."""
+    def save(self, step: int, write: Callable[[Path], Optional[dict[str, Any]]], state: Optional[dict[str, Any]] = None) -> Path:
+        """Call ``write(tmp_dir)`` to fill the checkpoint (it may return extra JSON state),
+        then publish it atomically."""
         self._clean_partial()
         tmp = self.root / f".tmp-step-{step}-{os.getpid()}-{int(time.time() * 1000)}"
         tmp.mkdir(parents=True)
-        write(tmp)
+        extra = write(tmp) or {}
         with open(tmp / RNG_FILE, "wb") as f:
             pickle.dump(rng_state(), f)
-        payload = {"step": step, "time": time.time(), **(state or {})}
+        payload = {"step": step, "time": time.time(), **(state or {}), **extra}
         (tmp / STATE_FILE).write_text(json.dumps(payload, indent=2, default=str))
         (tmp / COMPLETE_MARKER).write_text(str(step))
         _fsync_dir(tmp)
