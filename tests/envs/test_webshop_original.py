@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from roll.envs.webshop import data
+from roll.envs.webshop import original as data
 from roll.envs.webshop.env import WebShopEnv
 from roll.envs.webshop.reward import compute_reward
 

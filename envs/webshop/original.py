@@ -1,6 +1,6 @@
 """Optional loader for the original WebShop data files (the user downloads them; we never do).
 
-    python -m roll.envs.webshop.data --products items_shuffle_1000.json \
+    python -m roll.envs.webshop.original --products items_shuffle_1000.json \
         --attributes items_ins_v2_1000.json [--reviews items_reviews.json] \
         [--human-goals items_human_ins.json] --out ./webshop_original
     gym.make("roll/WebShop-v0", catalog_path="./webshop_original", split="test")
