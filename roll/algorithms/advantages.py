@@ -57,6 +57,30 @@ class AdvantageInputs:
     episode_ids: Optional[Sequence[Any]] = None
     step_ids: Optional[Sequence[int]] = None
 
+    @classmethod
+    def from_batch(cls, batch: Any, kl: Optional[torch.Tensor] = None) -> "AdvantageInputs":
+        """Read the fields by the names ``roll.data.trajectory.trajectories_to_batch`` writes:
+        tensors ``token_rewards``, ``response_mask``, ``turn_ids``, ``values`` (if a critic
+        filled it); non-tensors ``group_id``, ``env_tag``, and for step-mode samples
+        (``step_index >= 0``) ``state_key``, ``episode_id``, ``step_index``."""
+        nt = batch.non_tensors
+        steps = nt.get("step_index")
+        step_mode = steps is not None and len(steps) > 0 and all(int(s) >= 0 for s in steps)
+        if steps is not None and not step_mode and any(int(s) >= 0 for s in steps):
+            raise ValueError("batch mixes step-mode and trajectory-mode samples (step_index)")
+        return cls(
+            token_rewards=batch.tensors["token_rewards"],
+            response_mask=batch.tensors["response_mask"],
+            group_ids=list(nt["group_id"]),
+            values=batch.tensors.get("values"),
+            turn_ids=batch.tensors.get("turn_ids"),
+            tags=list(nt["env_tag"]) if "env_tag" in nt else None,
+            kl=kl,
+            state_keys=list(nt["state_key"]) if step_mode else None,
+            episode_ids=list(nt["episode_id"]) if step_mode else None,
+            step_ids=[int(s) for s in steps] if step_mode else None,
+        )
+
     @property
     def batch_size(self) -> int:
         return int(self.token_rewards.shape[0])

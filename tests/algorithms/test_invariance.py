@@ -23,6 +23,7 @@ from roll.algorithms.kl import entropy_from_logits
 from roll.algorithms.losses import make_actor_loss_fn, make_critic_loss_fn
 from roll.config.algorithm import AlgorithmConfig
 from roll.data.batch import Batch
+from roll.registry import POLICY_LOSSES
 
 VOCAB = 13
 SPLITS = [(1, 1), (2, 4), (2, 1), (4, 1)]  # (dp_size, micro-batch size); mini-batch 8
@@ -118,13 +119,14 @@ def _model() -> TinyCausalLM:
     return TinyCausalLM().double()
 
 
-ACTOR_CFGS = {
+# every registered policy loss alone, plus combinations with the extra terms
+ACTOR_CFGS = {name: dict(policy_loss=name) for name in POLICY_LOSSES.ids()}
+ACTOR_CFGS.update({
     "ppo_clip+kl+entropy+tis": dict(policy_loss="ppo_clip", clip_ratio_high=0.28, use_kl_loss=True, kl_loss_coef=0.1,
                                     entropy_coef=0.01, tis_cap=2.0),
-    "dual_clip": dict(policy_loss="dual_clip"),
-    "gspo": dict(policy_loss="gspo", clip_ratio_low=3e-4, clip_ratio_high=4e-4),
+    "gspo-paper-clip": dict(policy_loss="gspo", clip_ratio_low=3e-4, clip_ratio_high=4e-4),
     "pg+k1": dict(policy_loss="pg", use_kl_loss=True, kl_loss_coef=0.05, kl_estimator="k1"),
-}
+})
 
 
 # "all_rows": global_num_seqs counts every row (as torch_train does) instead of rows with loss
