@@ -4,5 +4,6 @@ Each submodule below registers its functions when imported (the registry imports
 package the first time it is used).
 """
 from roll.rewards.base import RewardFn, RewardOutput
+from roll.rewards import code as _code  # noqa: F401  (registers code_sandbox)
 
 __all__ = ["RewardFn", "RewardOutput"]

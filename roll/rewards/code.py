@@ -1,0 +1,556 @@
+"""Code reward: run a model's program against test cases in the sandbox and score the pass rate.
+
+Test cases (the ``tests`` / ``test_cases`` field, or the same keys on the sample):
+
+- stdin/stdout: ``{"input": "1 2\\n", "output": "3\\n"}`` (``stdin``/``stdout`` and
+  ``expected_output`` are accepted too). Each case is one execution; the parent compares the
+  program's stdout with the expected text (trailing whitespace ignored per line, or
+  token-by-token with a numeric tolerance when ``float_tolerance`` > 0).
+- function calls: ``"assert add(1, 2) == 3"`` (``==``/``!=`` against a Python literal, ``is
+  None``/``is not None``, or a bare expression that must be True), or ``{"call": "add(1, 2)",
+  "expected": 3}`` (a JSON value; ``expected_repr`` takes a Python literal string instead).
+  All calls of a program run in one execution. The child only reports ``repr`` of each
+  returned value; the expected values never enter the sandbox, and the parent does the
+  comparison on plain data (``ast.literal_eval``), so a program cannot pass by printing
+  "ALL TESTS PASSED", by overriding ``__eq__``, or by reading the tests.
+- APPS/TACO style: ``{"inputs": [...], "outputs": [...]}`` (stdin/stdout), or with
+  ``fn_name`` (each input is an argument list).
+
+Pass/fail is always decided here, in the parent, from captured output.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import secrets
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+from roll.registry import REWARDS
+from roll.rewards.base import RewardOutput
+from roll.sandbox import ExecutionResult, SandboxPool, get_pool
+
+NO_CODE_HINT = "put the program in a ```python code block or inside <answer></answer>"
+_LITERAL_MISSING = object()
+
+# The harness that runs function-call tests in the sandbox. It receives only the call
+# expressions, never the expected values, and prints one marked line per call with the repr of
+# the value (or the exception). It keeps its own references to what it needs before running
+# the solution, which may monkeypatch builtins.
+_HARNESS = r'''
+import json, os, sys
+_write, _repr, _dumps, _type, _str = os.write, repr, json.dumps, type, str
+
+def _emit(line):
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    _write(1, ("\n" + line + "\n").encode("utf-8", "replace"))
+
+def _main():
+    mark, calls_path, src_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    with open(calls_path) as f:
+        calls = json.load(f)
+    with open(src_path) as f:
+        src = f.read()
+    ns = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        exec(compile(src, "solution.py", "exec"), ns)
+    except BaseException as e:
+        _emit("%s LOAD %s" % (mark, _dumps("%s: %s" % (_type(e).__name__, _str(e)[:500]))))
+        return
+    for i, call in enumerate(calls):
+        try:
+            out = "R " + _dumps(_repr(eval(call, ns)))
+        except BaseException as e:
+            out = "X " + _dumps("%s: %s" % (_type(e).__name__, _str(e)[:500]))
+        _emit("%s %d %s" % (mark, i, out))
+
+_main()
+'''
+
+
+# ------------------------------------------------------------------------------ extraction
+def _strip_think(text: str) -> str:
+    lower = text.lower()
+    end = lower.rfind("</think>")
+    return text[end + len("</think>"):] if end >= 0 else text
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each ``` fenced block, found by a linear scan."""
+    blocks = []
+    pos = 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0:
+            break
+        line_end = text.find("\n", start + 3)
+        if line_end < 0:
+            break
+        end = text.find("```", line_end + 1)
+        if end < 0:
+            break
+        blocks.append((text[start + 3:line_end].strip().lower(), text[line_end + 1:end]))
+        pos = end + 3
+    return blocks
+
+
+def extract_code(text: object) -> tuple[Optional[str], str]:
+    """The program in a model answer: ``(code, "")`` or ``(None, why not)``.
+
+    The answer is the last ``<answer>...</answer>`` if there is one (a fenced block inside it
+    is unwrapped), else the last ```python fenced block (or the last fenced block of any
+    language). A leading ``<think>`` block is ignored.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        return None, f"answer is not text ({type(text).__name__})"
+    text = _strip_think(text)
+    lower = text.lower()
+    close = lower.rfind("</answer>")
+    if close >= 0 or "<answer>" in lower:
+        open_ = lower.rfind("<answer>", 0, close if close >= 0 else len(lower))
+        if close < 0 or open_ < 0:
+            return None, "unbalanced <answer> tags"
+        body = text[open_ + len("<answer>"):close]
+        if "<answer>" in lower[:open_] and lower.find("</answer>", 0, open_) < 0:
+            return None, "nested <answer> tags"
+        blocks = _fenced_blocks(body)
+        code = _pick_block(blocks) if blocks else body
+    else:
+        blocks = _fenced_blocks(text)
+        if not blocks:
+            return None, f"no code found: {NO_CODE_HINT}"
+        code = _pick_block(blocks)
+    code = code.strip("\n")
+    if not code.strip():
+        return None, "the answer holds no code"
+    return code + "\n", ""
+
+
+def _pick_block(blocks: list[tuple[str, str]]) -> str:
+    python = [body for lang, body in blocks if lang in ("python", "py", "python3")]
+    return (python or [body for _, body in blocks])[-1]
+
+
+# ------------------------------------------------------------------------------ test cases
+@dataclass
+class TestCase:
+    """One normalized test: ``kind`` is "stdio" or "call"."""
+
+    __test__ = False  # not a pytest class
+
+    kind: str
+    stdin: str = ""
+    expected_stdout: str = ""
+    call: str = ""
+    expected: Any = None
+    display: str = ""
+    negate: bool = False
+    """The assert used != (or `is not`)."""
+    identity: bool = False
+    """The assert used `is` with None/True/False."""
+
+
+def _literal(source: str) -> Any:
+    try:
+        return ast.literal_eval(source)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _LITERAL_MISSING
+
+
+def _parse_assert(text: str) -> TestCase:
+    try:
+        tree = ast.parse(text.strip())
+    except SyntaxError as e:
+        raise ValueError(f"test {text[:80]!r} is not valid Python: {e}") from None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        raise ValueError(f"test {text[:80]!r} must be a single assert statement")
+    test = tree.body[0].test
+    src = text.strip()
+    seg = lambda node: ast.get_source_segment(src, node)  # noqa: E731
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        op, right = test.ops[0], test.comparators[0]
+        value = _literal(seg(right))
+        if isinstance(op, (ast.Eq, ast.NotEq)) and value is not _LITERAL_MISSING:
+            return TestCase("call", call=seg(test.left), expected=value, display=src, negate=isinstance(op, ast.NotEq))
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value in (None, True, False):
+            return TestCase("call", call=seg(test.left), expected=right.value, display=src,
+                            identity=True, negate=isinstance(op, ast.IsNot))
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            raise ValueError(
+                f"test {text[:80]!r}: the right side of == must be a Python literal (the parent compares "
+                f"values; it never trusts a comparison made inside the sandbox)"
+            )
+    if isinstance(test, ast.Compare):
+        raise ValueError(f"test {text[:80]!r}: only ==, != and `is` None/True/False comparisons are supported")
+    return TestCase("call", call=seg(test), expected=True, display=src)
+
+
+def normalize_tests(tests: Any, fn_name: Optional[str] = None) -> list[TestCase]:
+    """Turn any accepted test-case format into a list of TestCase (ValueError on bad input)."""
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError:
+            tests = [tests]  # a single assert statement
+    if isinstance(tests, dict):
+        if "inputs" not in tests or "outputs" not in tests:
+            raise ValueError(f"a dict of tests needs 'inputs' and 'outputs' lists, got keys {sorted(tests)}")
+        inputs, outputs = list(tests["inputs"]), list(tests["outputs"])
+        if len(inputs) != len(outputs):
+            raise ValueError(f"tests have {len(inputs)} inputs but {len(outputs)} outputs")
+        fn_name = tests.get("fn_name") or fn_name
+        cases = []
+        for args, out in zip(inputs, outputs):
+            if fn_name:
+                args = args if isinstance(args, list) else [args]
+                call = f"{fn_name}(*{json.dumps(args)})"
+                cases.append(TestCase("call", call=call, expected=out, display=f"{fn_name}{tuple(args)!r}"))
+            else:
+                cases.append(_stdio_case({"input": args, "output": out}))
+        return _nonempty(cases)
+    if not isinstance(tests, (list, tuple)):
+        raise ValueError(f"tests must be a list of cases or an inputs/outputs dict, got {type(tests).__name__}")
+    cases = []
+    for i, t in enumerate(tests):
+        if isinstance(t, str):
+            cases.append(_parse_assert(t))
+        elif isinstance(t, dict) and ("call" in t):
+            if "expected_repr" in t:
+                expected = _literal(str(t["expected_repr"]))
+                if expected is _LITERAL_MISSING:
+                    raise ValueError(f"test {i}: expected_repr {t['expected_repr']!r:.80} is not a Python literal")
+            elif "expected" in t:
+                expected = t["expected"]
+            else:
+                raise ValueError(f"test {i}: a call test needs 'expected' or 'expected_repr'")
+            cases.append(TestCase("call", call=str(t["call"]), expected=expected, display=f"{t['call']} == {expected!r}"))
+        elif isinstance(t, dict):
+            cases.append(_stdio_case(t, i))
+        else:
+            raise ValueError(f"test {i} has unsupported type {type(t).__name__}")
+    return _nonempty(cases)
+
+
+def _nonempty(cases: list[TestCase]) -> list[TestCase]:
+    if not cases:
+        raise ValueError("no test cases given")
+    return cases
+
+
+def _stdio_case(t: dict, i: int = 0) -> TestCase:
+    stdin = next((t[k] for k in ("input", "stdin") if k in t), None)
+    out = next((t[k] for k in ("output", "stdout", "expected_output") if k in t), None)
+    if stdin is None or out is None:
+        raise ValueError(f"test {i}: a stdin/stdout case needs 'input' and 'output', got keys {sorted(t)}")
+    if isinstance(stdin, list):
+        stdin = "\n".join(map(str, stdin)) + "\n"
+    if isinstance(out, list):
+        out = "\n".join(map(str, out)) + "\n"
+    return TestCase("stdio", stdin=str(stdin), expected_stdout=str(out))
+
+
+# ------------------------------------------------------------------------------ comparison
+def values_equal(expected: Any, got: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
+    """Python equality on plain data, with a float tolerance and lists equal to tuples."""
+    if isinstance(expected, float) or isinstance(got, float):
+        if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+            if math.isnan(expected) or math.isnan(got):
+                return math.isnan(expected) and math.isnan(got)
+            return math.isclose(expected, got, rel_tol=rel_tol, abs_tol=abs_tol)
+        return False
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
+        return len(expected) == len(got) and all(values_equal(a, b, rel_tol, abs_tol) for a, b in zip(expected, got))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return expected.keys() == got.keys() and all(values_equal(expected[k], got[k], rel_tol, abs_tol) for k in expected)
+    try:
+        return bool(expected == got)
+    except Exception:  # exotic literal combinations: unequal
+        return False
+
+
+def _normalize_output(text: str) -> list[str]:
+    lines = text.replace("\r\n", "\n").rstrip().split("\n")
+    return [line.rstrip() for line in lines]
+
+
+def outputs_match(expected: str, got: str, float_tolerance: float = 0.0) -> bool:
+    """Lines equal after trailing whitespace is dropped; or, with a tolerance, tokens equal with
+    numbers compared within ``float_tolerance`` (relative or absolute)."""
+    if _normalize_output(expected) == _normalize_output(got):
+        return True
+    if float_tolerance <= 0:
+        return False
+    a, b = expected.split(), got.split()
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            return False
+        if not math.isclose(fx, fy, rel_tol=float_tolerance, abs_tol=float_tolerance):
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------ running
+@dataclass
+class CaseResult:
+    """The verdict on one test case."""
+
+    index: int
+    passed: bool
+    status: str
+    """passed, wrong_answer, runtime_error, syntax_error, timeout, memory, output_limit, crashed."""
+    detail: str = ""
+
+
+@dataclass
+class TestReport:
+    """All verdicts for one program."""
+
+    __test__ = False  # not a pytest class
+
+    cases: list[CaseResult] = field(default_factory=list)
+    error: str = ""
+    """Why no test ran (e.g. no code in the answer)."""
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    @property
+    def passed(self) -> int:
+        return sum(c.passed for c in self.cases)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.total if self.cases else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.cases) and self.passed == self.total
+
+    @property
+    def first_failure(self) -> Optional[CaseResult]:
+        return next((c for c in self.cases if not c.passed), None)
+
+    def feedback(self, max_chars: int = 1200) -> str:
+        """A short report for the model: the counts and the first failing case."""
+        if self.error:
+            return self.error[:max_chars]
+        head = f"Passed {self.passed}/{self.total} tests."
+        first = self.first_failure
+        if first is None:
+            return head + " All tests passed."
+        return (head + f"\nTest {first.index + 1} failed ({first.status.replace('_', ' ')}):\n" + first.detail)[:max_chars]
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + f"... [{len(text) - n} more chars]"
+
+
+def _failure_status(r: ExecutionResult) -> str:
+    if r.timed_out or r.limit == "cpu_time":
+        return "timeout"
+    if r.oom or r.limit == "memory":
+        return "memory"
+    if r.limit == "output":
+        return "output_limit"
+    if r.exit_code != 0:
+        last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+        return "syntax_error" if last.startswith(("SyntaxError", "IndentationError", "TabError")) else "runtime_error"
+    return ""
+
+
+def _error_detail(r: ExecutionResult, status: str, timeout_s: float) -> str:
+    if status == "timeout":
+        return f"time limit exceeded ({timeout_s:g} s wall, {r.cpu_time_s:.2f} s CPU)"
+    if status == "memory":
+        return "memory limit exceeded\n" + _clip(r.stderr[-400:], 400)
+    if status == "output_limit":
+        return "the program printed more output than allowed"
+    code = f"exit code {r.exit_code}" if r.signal is None else f"killed by signal {r.signal}"
+    return f"{code}\n{_clip(r.stderr[-600:], 600)}".rstrip()
+
+
+_PY_VERSION_LOCK = threading.Lock()
+_PY_VERSIONS: dict[str, Optional[tuple[int, int]]] = {}
+
+
+def _sandbox_python_version(python: str) -> Optional[tuple[int, int]]:
+    with _PY_VERSION_LOCK:
+        if python not in _PY_VERSIONS:
+            try:
+                out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                                     capture_output=True, timeout=20, env={"PATH": "/usr/bin:/bin"})
+                major, minor = out.stdout.split()
+                _PY_VERSIONS[python] = (int(major), int(minor))
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                _PY_VERSIONS[python] = None
+        return _PY_VERSIONS[python]
+
+
+def syntax_error(code: str, python: str) -> Optional[str]:
+    """The SyntaxError of ``code``, found by compiling (never running) it here, when this
+    interpreter has the sandbox interpreter's version; else None (the sandbox will tell)."""
+    if _sandbox_python_version(python) != tuple(sys.version_info[:2]):
+        return None
+    try:
+        compile(code, "main.py", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return f"{type(e).__name__}: {e.msg} (line {e.lineno})\n{_clip((e.text or '').rstrip(), 200)}".rstrip()
+    except (ValueError, MemoryError, RecursionError, OverflowError):
+        return None
+    return None
+
+
+def run_tests(
+    code: str,
+    tests: Sequence[TestCase],
+    pool: SandboxPool,
+    timeout_s: Optional[float] = None,
+    float_tolerance: float = 0.0,
+    show_chars: int = 300,
+) -> TestReport:
+    """Run ``code`` against ``tests`` in ``pool``; SandboxError propagates (infrastructure)."""
+    timeout = float(timeout_s if timeout_s is not None else pool.config.timeout_s)
+    report = TestReport(cases=[None] * len(tests))  # type: ignore[list-item]
+    bad_syntax = syntax_error(code, pool.config.python)
+    if bad_syntax:
+        report.cases = [CaseResult(i, False, "syntax_error", bad_syntax) for i in range(len(tests))]
+        return report
+    stdio = [(i, t) for i, t in enumerate(tests) if t.kind == "stdio"]
+    calls = [(i, t) for i, t in enumerate(tests) if t.kind == "call"]
+    jobs = [{"code": code, "stdin": t.stdin, "timeout_s": timeout} for _, t in stdio]
+    mark = "@@roll-" + secrets.token_hex(8)
+    if calls:
+        jobs.append({
+            "code": _HARNESS, "timeout_s": timeout, "args": [mark, "calls.json", "solution.py"],
+            "files": {"solution.py": code, "calls.json": json.dumps([t.call for _, t in calls])},
+        })
+    results = pool.map_python(jobs)
+    for (i, t), r in zip(stdio, results):
+        report.cases[i] = _judge_stdio(i, t, r, timeout, float_tolerance, show_chars)
+    if calls:
+        for i, verdict in zip([i for i, _ in calls], _judge_calls(calls, results[-1], mark, timeout, show_chars)):
+            report.cases[i] = verdict
+    return report
+
+
+def _judge_stdio(i: int, t: TestCase, r: ExecutionResult, timeout: float, tol: float, n: int) -> CaseResult:
+    status = _failure_status(r)
+    if status:
+        return CaseResult(i, False, status, f"Input:\n{_clip(t.stdin, n)}\n" + _error_detail(r, status, timeout))
+    if r.stdout_truncated or not outputs_match(t.expected_stdout, r.stdout, tol):
+        return CaseResult(i, False, "wrong_answer", f"Input:\n{_clip(t.stdin, n)}\nExpected output:\n"
+                          f"{_clip(t.expected_stdout, n)}\nYour output:\n{_clip(r.stdout, n)}")
+    return CaseResult(i, True, "passed")
+
+
+def _judge_calls(calls, r: ExecutionResult, mark: str, timeout: float, n: int) -> list[CaseResult]:
+    reported: dict[int, tuple[str, str]] = {}
+    load_error = None
+    for line in r.stdout.splitlines():
+        if not line.startswith(mark + " "):
+            continue
+        rest = line[len(mark) + 1:]
+        head, _, payload = rest.partition(" ")
+        try:
+            text = json.loads(payload.partition(" ")[2]) if head != "LOAD" else json.loads(payload)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if head == "LOAD":
+            load_error = str(text)
+        elif head.isdigit() and int(head) not in reported:
+            reported[int(head)] = (payload[:1], str(text))
+    status = _failure_status(r)
+    verdicts = []
+    for k, (i, t) in enumerate(calls):
+        desc = t.display or t.call
+        if load_error is not None:
+            verdicts.append(CaseResult(i, False, "runtime_error", f"{desc}\nthe solution failed to load: {_clip(load_error, n)}"))
+        elif k not in reported:
+            why = _error_detail(r, status, timeout) if status else "the program ended before this test ran"
+            verdicts.append(CaseResult(i, False, status or "crashed", f"{desc}\n{why}"))
+        elif reported[k][0] == "X":
+            verdicts.append(CaseResult(i, False, "runtime_error", f"{desc}\nraised {_clip(reported[k][1], n)}"))
+        else:
+            got_repr = reported[k][1]
+            ok = _call_passed(t, got_repr)
+            detail = "" if ok else f"{desc}\n{t.call} returned {_clip(got_repr, n)}"
+            verdicts.append(CaseResult(i, ok, "passed" if ok else "wrong_answer", detail))
+    return verdicts
+
+
+def _call_passed(t: TestCase, got_repr: str) -> bool:
+    got = _literal(got_repr)
+    negate = t.negate
+    if t.identity:
+        same = got is not _LITERAL_MISSING and got is t.expected
+    elif got is _LITERAL_MISSING:
+        same = got_repr == repr(t.expected)  # e.g. nan, inf, or an object's repr
+    else:
+        same = values_equal(t.expected, got)
+    return same != negate
+
+
+# ------------------------------------------------------------------------------ the reward
+def _first(mapping: dict, keys: Iterable[str]) -> Any:
+    return next((mapping[k] for k in keys if mapping.get(k) is not None), None)
+
+
+@REWARDS.register("code_sandbox")
+def code_sandbox_reward(sample: dict, **fields: Any) -> RewardOutput:
+    """Run the program in the sample's response against its tests in the sandbox.
+
+    Fields (keyword arguments, or the same keys on the sample): ``tests`` / ``test_cases`` (see
+    the module docstring), ``fn_name`` (APPS style), ``timeout_s`` (per execution, default
+    the sandbox's), ``float_tolerance`` (0: exact lines), ``score`` ("pass_rate" default, or
+    "full_pass": 1 only when every test passes), ``sandbox`` (a SandboxConfig dict) and
+    ``max_concurrency`` (executions at a time in this process, default 2). The program is the
+    code in ``sample["response"]`` (or ``completion``/``output``/``text``), fenced or inside
+    <answer>. Components: pass_rate, full_pass. Raises ValueError on missing or malformed
+    tests and SandboxError when the sandbox itself fails.
+    """
+    fields = {**{k: v for k, v in sample.items() if k not in fields}, **fields}
+    tests = _first(fields, ("tests", "test_cases"))
+    if tests is None:
+        raise ValueError("code_sandbox needs test cases in the 'tests' or 'test_cases' field")
+    cases = normalize_tests(tests, fields.get("fn_name"))
+    score_mode = fields.get("score", "pass_rate")
+    if score_mode not in ("pass_rate", "full_pass"):
+        raise ValueError(f"code_sandbox score must be 'pass_rate' or 'full_pass', got {score_mode!r}")
+    response = _first(sample, ("response", "completion", "output", "text"))
+    code, why = extract_code(response if response is not None else "")
+    if code is None:
+        return RewardOutput(0.0, False, {"pass_rate": 0.0, "full_pass": 0.0},
+                            {"error": why, "passed": 0, "total": len(cases)})
+    pool = get_pool(fields.get("sandbox"), int(fields.get("max_concurrency", 2)))
+    report = run_tests(code, cases, pool, timeout_s=fields.get("timeout_s"),
+                       float_tolerance=float(fields.get("float_tolerance", 0.0)))
+    full = 1.0 if report.all_passed else 0.0
+    first = report.first_failure
+    return RewardOutput(
+        score=report.pass_rate if score_mode == "pass_rate" else full,
+        success=report.all_passed,
+        components={"pass_rate": report.pass_rate, "full_pass": full},
+        info={
+            "passed": report.passed,
+            "total": report.total,
+            "statuses": [c.status for c in report.cases],
+            "first_failure": first.detail if first else "",
+            "isolation": pool.mode,
+        },
+    )
