@@ -7,6 +7,7 @@ after every merge and override, so an override of ``exp_name`` reaches every use
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -77,9 +78,12 @@ def parse_overrides(overrides: Iterable[str]) -> DictConfig:
         raise ConfigError([f"bad override: {e}"]) from None
 
 
-def load_raw(path: str | os.PathLike, overrides: Iterable[str] = ()) -> dict[str, Any]:
-    """Compose, override and resolve a config file into plain data (not yet validated)."""
+def load_raw(path: str | os.PathLike, overrides: Iterable[str] = (), base: dict | None = None) -> dict[str, Any]:
+    """Compose, override and resolve a config file into plain data (not yet validated);
+    ``base`` holds values the file and overrides sit on top of."""
     cfg = _compose(Path(path))
+    if base:
+        cfg = OmegaConf.merge(OmegaConf.create(base), cfg)
     cfg = OmegaConf.merge(cfg, parse_overrides(overrides))
     try:
         data = OmegaConf.to_container(cfg, resolve=True)
@@ -95,7 +99,10 @@ def load_config(path: str | os.PathLike, overrides: Iterable[str] = (), schema: 
         from roll.config.schema import PipelineConfig
 
         schema = PipelineConfig
-    data = load_raw(path, overrides)
+    # Top-level scalar defaults join the resolution, so a default that interpolates
+    # (output_dir: ./output/${exp_name}) and a file using ${pretrain} both resolve.
+    base = {f.name: f.default for f in dataclasses.fields(schema) if isinstance(f.default, (str, int, float, bool))}
+    data = load_raw(path, overrides, base)
     cfg = build_dataclass(schema, data)
     if hasattr(cfg, "source_path"):
         cfg.source_path = str(Path(path).resolve())
