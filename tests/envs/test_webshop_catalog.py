@@ -81,11 +81,17 @@ def test_template_pools_have_no_self_matches():
     assert generate.check_templates() == []
 
 
-def test_check_mode_of_the_generator(tmp_path, capsys):
+def test_check_mode_of_the_generator(tmp_path, capsys, monkeypatch):
+    # Generation itself is covered above; here only the CLI's write / check logic, on cached output.
+    files = {n: (DATA / n).read_text("utf-8") for n in (generate.PRODUCTS_FILE, generate.GOALS_FILE)}
+    monkeypatch.setattr(generate, "generated_files", lambda seed: files)
     assert generate.main(["--out", str(tmp_path), "--check"]) == 1  # nothing there yet
     assert generate.main(["--out", str(tmp_path)]) == 0
     assert generate.main(["--out", str(tmp_path), "--check"]) == 0
     assert "up to date" in capsys.readouterr().out
+    (tmp_path / generate.GOALS_FILE).write_text("{}")
+    assert generate.main(["--out", str(tmp_path), "--check"]) == 1
+    assert "stale: goals.json" in capsys.readouterr().out
 
 
 def test_bad_catalogs_are_refused_with_clear_errors(tmp_path):
