@@ -15,7 +15,10 @@ Shapes (``B`` samples, ``T`` token positions aligned to ``input_ids``):
   statistics, but has no token to train.
 - ``response_mask`` [B, T] 0/1: model-produced tokens (the loss mask).
 - ``group_ids`` [B]: episodes from the same env seed / prompt share a key (ints or strings).
-- ``values`` [B, T]: critic estimates V(state before token t), aligned like log-probs (gae).
+- ``values`` [B, T]: the critic's raw per-position output, ``values[:, t] = V(x_<=t)`` (the
+  value of the prefix ending at token t, as ``TorchTrainStrategy.values`` returns it). The
+  state in which model token t is generated is ``x_<t``, so gae uses ``values[:, t - 1]``
+  for it (:func:`state_values`); the critic loss shifts the same way.
 - ``turn_ids`` [B, T] long: turn index of each model token, -1 elsewhere; derived from runs
   of ``response_mask`` when absent.
 - ``tags`` [B]: env tag (or data domain) per sample, for ``reward_norm.group_by: tag``.
@@ -176,6 +179,12 @@ def score_baseline(scores: torch.Tensor, keys: Sequence[Any], method: str) -> tu
     raise ValueError(f"unknown reward_norm.method {method!r}; choose mean_std, mean or none")
 
 
+def state_values(values: torch.Tensor) -> torch.Tensor:
+    """[B, T] raw critic outputs ``V(x_<=t)`` -> ``V(x_<t)``, the value of the state in which
+    token t is generated (shift right by one; position 0, never a model token, gets 0)."""
+    return torch.nn.functional.pad(values[:, :-1], (1, 0))
+
+
 def _turns(inputs: AdvantageInputs) -> torch.Tensor:
     return inputs.turn_ids if inputs.turn_ids is not None else turn_ids_from_mask(inputs.response_mask)
 
@@ -225,13 +234,15 @@ def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     """Generalised advantage estimation with a critic, over model tokens only, multi-turn aware.
 
     ``delta_t = r_t + g_t V_next - V_t``, ``A_t = delta_t + g_t l_t A_next``, returns
-    ``A + V``; ``(g, l) = (gamma, lambd)`` across turns and ``(token_gamma, token_lambd)``
+    ``A + V`` with ``V_t`` the value of the state before model token t (:func:`state_values`);
+    ``(g, l) = (gamma, lambd)`` across turns and ``(token_gamma, token_lambd)``
     inside a turn; the last model token is terminal (V_next = 0).
     """
     estimator_args(cfg, {})
     if inputs.values is None:
         raise ValueError("adv_estimator 'gae' needs critic values: add a critic role or choose grpo/rloo/reinforce")
-    r, v, m = inputs.token_rewards, inputs.values.to(inputs.token_rewards.dtype), inputs.response_mask.bool()
+    r, m = inputs.token_rewards, inputs.response_mask.bool()
+    v = state_values(inputs.values.to(r.dtype))
     turn = _turns(inputs)
     adv = torch.zeros_like(r)
     next_v = torch.zeros_like(r[:, 0])

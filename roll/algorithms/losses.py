@@ -13,8 +13,9 @@ Contract with the training strategy
 -----------------------------------
 The strategy (``roll.strategies.torch_train``) splits a mini-batch into micro-batches and calls
 ``loss_fn(micro_batch: Batch, logprobs [b, T], extra: dict) -> (loss scalar, metrics)``
-(for the critic ``logprobs`` is None and ``extra["values"]`` holds the value predictions
-[b, T], aligned like logprobs). Before that it sets, in every ``micro_batch.meta``:
+(for the critic ``logprobs`` is None and ``extra["values"]`` holds the raw value predictions
+[b, T], ``V(x_<=t)`` per position; the critic loss shifts them like ``values`` in gae, see
+``roll.algorithms.advantages.state_values``). Before that it sets, in every ``micro_batch.meta``:
 
 - ``global_num_tokens``: sum of ``response_mask`` over the whole mini-batch on ALL dp ranks;
 - ``global_num_seqs``: number of sequences of the whole mini-batch on all dp ranks (the
@@ -34,7 +35,8 @@ for single-process use and tests.) ``extra["entropy"]`` [b, T] is needed when
 Micro-batch tensors read (names are the contract): ``response_mask``, ``advantages``,
 ``old_logprobs``, ``ref_logprobs`` (with ``use_kl_loss``), ``infer_logprobs`` (with
 ``tis_cap``); critic: ``returns``, ``values`` (rollout-time critic values, the clipping
-anchor; ``old_values`` wins when present). ``input_ids`` / ``attention_mask`` are the
+anchor, raw per-position critic output like the predictions; ``old_values`` wins when
+present). ``input_ids`` / ``attention_mask`` are the
 strategy's own inputs for the forward pass.
 """
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from roll.algorithms.advantages import state_values
 from roll.algorithms.aggregation import AGG_MODES, aggregate_loss, loss_normalizers
 from roll.algorithms.kl import compute_kl
 from roll.algorithms.masks import masked_mean
@@ -252,6 +255,8 @@ def make_critic_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dic
         returns = _tensor(micro_batch, "returns", values)
         old_key = "old_values" if "old_values" in micro_batch.tensors else "values"
         old = values.detach() if cfg.value_clip is None else _tensor(micro_batch, old_key, values, " (rollout-time critic values for value clipping)")
+        # returns[t] is the target for the state before token t: compare V(x_<t) = raw[t-1]
+        values, old = state_values(values), state_values(old)
         out = value_loss(values, old, returns, mask, cfg.value_clip)
         loss = cfg.value_loss_coef * aggregate_loss(out.loss_mat, mask, cfg.loss_agg_mode, n_tok, n_seq, cfg.loss_agg_norm_constant)
         metrics = dict(out.metrics)

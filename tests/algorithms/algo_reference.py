@@ -69,6 +69,14 @@ def random_batch(seed: int, group_sizes=(3, 1, 4, 2), max_turns: int = 3, zero_l
     return RandomBatch(rewards, mask, values, [f"g{g}" for g in rows], tags, turn_ids, [t for _, t in layouts])
 
 
+def raw_critic_output(state_values: torch.Tensor) -> torch.Tensor:
+    """Critic outputs per position ``V(x_<=t)`` whose shift is ``state_values`` (``V(x_<t)``
+    at every model token): raw[t - 1] = state_values[t]."""
+    raw = torch.zeros_like(state_values)
+    raw[:, :-1] = state_values[:, 1:]
+    return raw
+
+
 # ---- statistics ----------------------------------------------------------------------------
 def _mean(xs):
     return sum(xs) / len(xs)

@@ -10,6 +10,7 @@ import torch
 
 from algo_reference import (
     random_batch,
+    raw_critic_output,
     ref_gae,
     ref_gigpo,
     ref_grpo,
@@ -37,7 +38,7 @@ def inputs_of(rb, with_turn_ids: bool = True) -> AdvantageInputs:
         token_rewards=rb.token_rewards.clone(),
         response_mask=rb.response_mask.clone(),
         group_ids=list(rb.group_ids),
-        values=rb.values.clone(),
+        values=raw_critic_output(rb.values),  # the reference reads rb.values as V(state before t)
         turn_ids=rb.turn_ids.clone() if with_turn_ids else None,
         tags=list(rb.tags),
     )
@@ -168,9 +169,11 @@ def test_gae_hand_worked_multi_turn():
     # positions: 0 1 = prompt, 2 3 = turn 0, 4 5 = observation, 6 7 = turn 1, 8 = padding
     mask = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1, 0]], dtype=torch.float64)
     rewards = torch.tensor([[0, 0, 0, 0.5, 0, 0, 0, 1.0, 0]], dtype=torch.float64)
-    values = torch.tensor([[9, 9, 0.2, 0.4, 9, 9, 0.6, 0.8, 9]], dtype=torch.float64)  # 9: never read
+    # raw critic output at position t is V(x_<=t); the state before token t is valued at t-1:
+    # V(before 2) = 0.2 at position 1, V(before 3) = 0.4 at 2, V(before 6) = 0.6 at 5, V(before 7) = 0.8 at 6
+    critic = torch.tensor([[9, 0.2, 0.4, 9, 9, 0.6, 0.8, 9, 9]], dtype=torch.float64)  # 9: never read
     cfg = cfg_for("gae", gamma=0.9, lambd=0.8, token_gamma=1.0, token_lambd=0.5)
-    out = compute_advantages(AdvantageInputs(rewards, mask, [0], values=values), cfg)
+    out = compute_advantages(AdvantageInputs(rewards, mask, [0], values=critic), cfg)
     # t=7 last token, terminal:        delta = 1.0 - 0.8 = 0.2;                    A7 = 0.2
     # t=6 same turn (g=1, l=0.5):      delta = 0 + 0.8 - 0.6 = 0.2;                A6 = 0.2 + 0.5*0.2 = 0.3
     # t=3 turn boundary (g=.9, l=.8):  delta = 0.5 + 0.9*0.6 - 0.4 = 0.64;         A3 = 0.64 + 0.9*0.8*0.3 = 0.856

@@ -47,16 +47,15 @@ class TinyCausalLM(nn.Module):
 
 
 def forward_aligned(model: TinyCausalLM, ids: torch.Tensor):
-    """logprobs, entropy and values [B, T] aligned to ids (position t: prediction of token t)."""
+    """logprobs and entropy [B, T] aligned to ids (position t: prediction of token t), and the
+    raw critic output per position (V of the prefix ending at t), as torch_train returns them."""
     logits, values = model(ids)
     B, T = ids.shape
     lp = torch.zeros(B, T, dtype=logits.dtype)
     lp[:, 1:] = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     ent = torch.zeros(B, T, dtype=logits.dtype)
     ent[:, 1:] = entropy_from_logits(logits[:, :-1])
-    v = torch.zeros(B, T, dtype=logits.dtype)
-    v[:, 1:] = values[:, :-1]
-    return lp, ent, v
+    return lp, ent, values
 
 
 def make_batch(model: TinyCausalLM, seed: int) -> Batch:
