@@ -24,12 +24,14 @@ trainer's ``logprobs(batch)`` computes. Greedy requests (temperature 0) report t
 temperature-1 log-softmax of the chosen token (the degenerate greedy distribution would
 give 0 everywhere, which is useless as a behaviour logprob).
 
-Output ids include the EOS / stop token that ended the row (the model produced it, so the
+``request.meta["ignore_eos"] = True`` keeps decoding past EOS (benchmarks, long-generation
+tests), like vLLM's ``ignore_eos``. Output ids include the EOS / stop token that ended the row (the model produced it, so the
 trainer trains on it); a matched stop string is kept in the output (``finish_reason="stop"``).
 
 Weights: ``update_weights(named_tensors, version, last_bucket)`` copies HF-named tensors into
 the model between decode batches (a lock keeps a batch from seeing half-updated weights);
-the version becomes visible after the last bucket. ``shared_weight_layout()`` exposes the
+the version becomes visible after the last bucket. ``pause()`` / ``resume()`` bracket a
+multi-bucket update so no batch decodes on a mix of versions. ``shared_weight_layout()`` exposes the
 parameters as views of one shared-memory block so a colocated trainer on the same node can
 write them directly (see roll/distributed/model_update.py).
 """
@@ -120,7 +122,10 @@ class HFInferStrategy:
         self._aborted: set[str] = set()
         self._running: set[str] = set()
         self._shm = None  # shared-memory block backing the parameters (colocated weight sync)
+        self._resume: Optional[asyncio.Event] = None  # cleared while a weight update is in progress
+        self._pause_timer: Optional[asyncio.TimerHandle] = None
         self.num_batches = 0
+        self.pause_timeouts = 0
 
     # ---- setup -------------------------------------------------------------------------
     def _pad_id(self) -> int:
@@ -140,6 +145,9 @@ class HFInferStrategy:
         return ids
 
     async def start(self) -> None:
+        if self._resume is None:
+            self._resume = asyncio.Event()
+            self._resume.set()
         if self._loop_task is None or self._loop_task.done():
             self._queue = asyncio.Queue()
             self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
@@ -185,6 +193,7 @@ class HFInferStrategy:
             first = await self._queue.get()
             if first is None:
                 return
+            await self._resume.wait()  # no batch starts while weights are being replaced
             await asyncio.sleep(self.batch_wait_s)  # let concurrent requests join this batch
             items = [first]
             stop_after = False
@@ -239,7 +248,7 @@ class HFInferStrategy:
         for r in requests:
             seed = r.seed if r.seed is not None else self._rng.getrandbits(63)
             gens.append(torch.Generator(device=dev).manual_seed(int(seed)))
-        stop_ids = [self.eos_ids | set(r.stop_token_ids) for r in requests]
+        stop_ids = [(set() if r.meta.get("ignore_eos") else self.eos_ids) | set(r.stop_token_ids) for r in requests]
         stop_tail = [max((len(s) for s in r.stop_strings), default=0) + 2 for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lps: list[list[float]] = [[] for _ in requests]
@@ -311,16 +320,38 @@ class HFInferStrategy:
             if last_bucket:
                 self._version = int(version)
 
+    async def pause(self, timeout_s: float = 600.0) -> None:
+        """Stop starting decode batches and wait for the running one: the weights are then free
+        to be rewritten (in place, by a colocated trainer) until :meth:`resume`. If resume does
+        not come within ``timeout_s`` (the updater died), generation resumes and it is logged."""
+        await self.start()
+        self._resume.clear()
+        await asyncio.to_thread(self._lock.acquire)
+        self._lock.release()
+        loop = asyncio.get_running_loop()
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+        self._pause_timer = loop.call_later(timeout_s, self._pause_expired, timeout_s)
+
+    def _pause_expired(self, timeout_s: float) -> None:
+        self.pause_timeouts += 1
+        logger.error("weight update did not finish within %gs: generation resumes on possibly mixed weights "
+                     "(version stays %d)", timeout_s, self._version)
+        self._resume.set()
+
+    def resume(self) -> None:
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        if self._resume is not None:
+            self._resume.set()
+
     def set_version(self, version: int) -> None:
         """Mark an update as complete whose bytes were written directly into shared memory."""
         self._version = int(version)
 
     def policy_version(self) -> int:
         return self._version
-
-    def weight_lock(self) -> threading.Lock:
-        """Held while decoding; a direct (shared-memory) writer holds it for the whole update."""
-        return self._lock
 
     def shared_weight_layout(self) -> dict[str, Any]:
         """Move every parameter into ONE named shared-memory block (once) and return its layout:

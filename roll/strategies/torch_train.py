@@ -20,15 +20,16 @@ Contracts other parts rely on:
   mini-batch on all data-parallel ranks), ``global_num_seqs``, ``dp_size``,
   ``micro_batch_index`` and ``num_micro_batches``. Then
   ``loss, metrics = loss_fn(micro_batch, logprobs, extra)`` with ``logprobs`` [b, T] (None for
-  the critic) and ``extra`` holding ``entropy`` [b, T] when ``loss_fn.needs_entropy`` is true,
-  and ``values`` [b, T] for the critic. The loss_fn normalises by the GLOBAL counts (it
-  returns its micro-batch's share of the mini-batch loss); the strategy does not divide by the
-  number of micro-batches, and multiplies by ``dp_size`` before backward to undo DDP/FSDP
-  gradient averaging, so one step equals single-process training on the whole mini-batch
-  regardless of data-parallel size and micro-batching. Then gradient clipping
-  (``max_grad_norm``), AdamW and the LR schedule step. A non-finite gradient norm skips the
-  optimizer step (counted in ``skipped_steps``). Returns ``loss`` (mini-batch total over all
-  ranks), ``grad_norm``, ``lr``, ``skipped_steps`` and the loss_fn's metrics averaged.
+  the critic, whose second argument is the value predictions [b, T] instead) and ``extra``
+  holding ``entropy`` [b, T] when ``loss_fn.needs_entropy`` is true (``values`` for the
+  critic). Per the contract in roll/algorithms/losses.py the loss_fn normalises by the GLOBAL
+  counts and multiplies by ``dp_size``, so summing micro-batch gradients (no division by the
+  number of micro-batches here) and the DDP/FSDP all-reduce MEAN give exactly the gradient of
+  the whole mini-batch loss, whatever the data-parallel size and micro-batching. Then
+  gradient clipping (``max_grad_norm``), AdamW and the LR schedule step. A non-finite
+  gradient norm skips the optimizer step (counted in ``skipped_steps``). Returns ``loss``
+  (the mini-batch loss: sum over micro-batches and ranks / dp_size), ``grad_norm``, ``lr``,
+  ``skipped_steps`` and the loss_fn's metrics averaged over micro-batches and ranks.
 - ``named_parameters_for_sync(bucket_size_mb)``: full (FSDP-gathered) parameters with their
   Hugging Face names, in buckets; a generator every rank must drain (FSDP gathers are
   collective), the tensors are only meaningful to send from rank 0.
@@ -235,7 +236,9 @@ class TorchTrainStrategy:
             raise ValueError(f"train_step: ranks got different numbers of micro-batches ({len(micro)} here, {n_micro} max); "
                              "the mini-batch must split evenly across data-parallel ranks")
         mask = batch["response_mask"] if "response_mask" in batch.tensors else batch["attention_mask"]
-        totals = torch.tensor([float(mask.sum()), float(len(batch))], dtype=torch.float64, device=self.device)
+        # global normalisers (see roll.algorithms.aggregation.loss_normalizers): loss tokens, and
+        # sequences with at least one loss token, over the mini-batch on every rank
+        totals = torch.tensor([float(mask.sum()), float(mask.bool().any(-1).sum())], dtype=torch.float64, device=self.device)
         dist.all_reduce(totals)
         global_tokens, global_seqs = float(totals[0]), float(totals[1])
         need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
@@ -249,8 +252,8 @@ class TorchTrainStrategy:
             last = i == len(micro) - 1
             self._set_grad_sync(last)  # all-reduce / reduce-scatter gradients once, on the last micro-batch
             logprobs, extra = self._forward(mb, entropy=need_entropy)
-            loss, metrics = loss_fn(mb, logprobs, extra)
-            (loss * self.dp_size).backward()
+            loss, metrics = loss_fn(mb, extra["values"] if self.critic else logprobs, extra)
+            loss.backward()
             loss_sum += loss.detach().double()
             for k, v in (metrics or {}).items():
                 metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
@@ -265,6 +268,7 @@ class TorchTrainStrategy:
         self.scheduler.step()
         self.step += 1
         dist.all_reduce(loss_sum)
+        loss_sum /= self.dp_size  # each micro-batch loss carries the loss_fn's dp_size factor
         reduced = torch.tensor([metric_sums[k] / len(micro) for k in sorted(metric_sums)], dtype=torch.float64, device=self.device)
         if len(reduced):
             dist.all_reduce(reduced)
