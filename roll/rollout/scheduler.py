@@ -200,6 +200,18 @@ class RolloutScheduler:
         await asyncio.gather(*(call_host(h, "resume") for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
         self._fill()
 
+    def state_dict(self) -> dict[str, Any]:
+        """Position of the env-seed streams, for resuming a run: the next group index per
+        tag. Groups produced ahead of time (async ratio > 0) are not saved; a resumed run
+        starts them again from the same seeds."""
+        nxt = {t: self._next_group[t] for t in self.tags}
+        for g in self._groups.values():  # started but not yet handed out: run them again
+            nxt[g.tag] = min(nxt[g.tag], g.index)
+        return {"next_group": nxt}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._next_group = Counter({t: int(i) for t, i in state["next_group"].items()})
+
     async def shutdown(self) -> None:
         """Cancel every running episode and close idle envs."""
         for group in list(self._groups.values()):

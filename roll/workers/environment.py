@@ -230,3 +230,18 @@ def _close_quietly(env: Any) -> None:
         env.close()
     except Exception as e:  # closing is best effort; a broken env is already discarded
         logger.debug("env.close failed: %s", e)
+
+
+def create_env_workers(num_workers: int, num_cpus: float = 1.0, **worker_kwargs: Any) -> list[Any]:
+    """``num_workers`` EnvironmentWorker Ray actors (async actors: many episodes each).
+
+    ``worker_kwargs`` are EnvironmentWorker's arguments; pass the tokenizer as a model path
+    and inference workers as Ray actor handles. The CPU reservation comes from the config
+    (``EnvManagerConfig.num_cpus_per_env_worker``)."""
+    import ray
+
+    actor_cls = ray.remote(EnvironmentWorker)
+    return [
+        actor_cls.options(num_cpus=num_cpus, max_concurrency=10_000).remote(name=f"env-worker-{i}", **worker_kwargs)
+        for i in range(num_workers)
+    ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 import time
 import zlib
 from typing import Callable, Optional
@@ -131,16 +130,14 @@ class CountdownEnv(gymnasium.Env):
 class FlakyEnv(CountdownEnv):
     """CountdownEnv that raises on ``error_p`` of steps and hangs ``hang_s`` on ``hang_p`` of them."""
 
-    _rng = random.Random(1234)
-    _lock = threading.Lock()
-
     def __init__(self, error_p: float = 0.10, hang_p: float = 0.05, hang_s: float = 2.0, **kw):
         super().__init__(**kw)
         self.error_p, self.hang_p, self.hang_s = error_p, hang_p, hang_s
+        # not tied to the env seed: a retried episode (same seed) must not fail the same way
+        self.rng = random.Random()
 
     def step(self, action):
-        with FlakyEnv._lock:
-            u = FlakyEnv._rng.random()
+        u = self.rng.random()
         if u < self.error_p:
             raise RuntimeError("injected env failure")
         if u < self.error_p + self.hang_p:

@@ -1,0 +1,108 @@
+"""Building a RolloutScheduler from a PipelineConfig, and a blocking facade for pipelines.
+
+``ThreadedScheduler`` runs a RolloutScheduler on its own event-loop thread: a synchronous
+pipeline calls ``get_batch`` (blocking) and, while it trains, the loop keeps running the
+episodes that ``async_generation_ratio`` allows ahead. Weight updates::
+
+    with sched.weight_update(version=step + 1):   # suspend ... set_policy_version, resume
+        model_update_group.sync(version=step + 1)
+
+Note on the in-flight bound: every environment worker has its own Router, so
+``max_inflight_per_worker`` bounds the requests one environment worker has outstanding on
+one inference worker; the bound an engine sees is that times ``num_env_workers``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from roll.rollout.scheduler import RolloutBatch, RolloutScheduler
+from roll.workers.environment import EnvironmentWorker, create_env_workers
+
+
+def build_rollout_scheduler(
+    config: Any,
+    inference_workers: Sequence[Any],
+    tokenizer: Any,
+    *,
+    validation: bool = False,
+    use_ray: bool = True,
+) -> RolloutScheduler:
+    """The train (or validation) scheduler of a PipelineConfig.
+
+    ``inference_workers``: Ray actor handles of the inference role (or local strategy
+    objects with ``use_ray=False``); ``tokenizer``: a model path (needed with Ray: each env
+    worker loads it) or a tokenizer object (in-process)."""
+    mcfg = config.val_env_manager if validation else config.train_env_manager
+    if mcfg is None:
+        raise ValueError("validation needs val_env_manager in the config")
+    tags = list(mcfg.tags) or list(config.custom_envs)
+    missing = [t for t in tags if t not in config.custom_envs]
+    if missing:
+        raise ValueError(f"env manager tags {missing} are not in custom_envs ({sorted(config.custom_envs)})")
+    envs = {t: config.custom_envs[t] for t in tags}
+    kwargs = dict(
+        env_configs=envs, manager_config=mcfg, generating_args=config.actor_infer.generating_args,
+        tokenizer=tokenizer, inference_workers=list(inference_workers),
+        max_inflight_per_worker=config.rollout.max_inflight_per_worker,
+        on_weight_update=config.rollout.on_weight_update, imports=list(config.imports),
+    )
+    if use_ray:
+        hosts = create_env_workers(mcfg.num_env_workers, mcfg.num_cpus_per_env_worker, **kwargs)
+    else:
+        hosts = [EnvironmentWorker(**kwargs)]
+    tok = tokenizer
+    if isinstance(tok, str):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return RolloutScheduler(envs, mcfg, config.rollout, hosts, pad_token_id=int(pad), seed=config.seed, validation=validation)
+
+
+class ThreadedScheduler:
+    """Blocking calls into a RolloutScheduler that lives on a background event loop."""
+
+    def __init__(self, make_scheduler: Callable[[], RolloutScheduler]):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
+        self._thread.start()
+        # asyncio objects of the scheduler belong to the loop that uses them
+        self.scheduler: RolloutScheduler = self._run(self._make(make_scheduler))
+
+    @staticmethod
+    async def _make(make_scheduler: Callable[[], RolloutScheduler]) -> RolloutScheduler:
+        return make_scheduler()
+
+    def _run(self, coro: Any, timeout: Optional[float] = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def get_batch(self, n: int, timeout_s: Optional[float] = None) -> RolloutBatch:
+        return self._run(self.scheduler.get_batch(n, timeout_s))
+
+    def suspend(self) -> None:
+        self._run(self.scheduler.suspend())
+
+    def set_policy_version(self, version: int) -> None:
+        self._run(self.scheduler.set_policy_version(version))
+
+    def resume(self) -> None:
+        self._run(self.scheduler.resume())
+
+    @contextlib.contextmanager
+    def weight_update(self, version: int) -> Iterator[None]:
+        """Suspend rollouts around a weight sync; on success the new version is recorded."""
+        self.suspend()
+        try:
+            yield
+            self.set_policy_version(version)
+        finally:
+            self.resume()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self.scheduler.shutdown())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
