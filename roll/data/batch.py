@@ -125,6 +125,21 @@ class Batch:
             raise ValueError(f"union of batches of size {len(self)} and {len(other)}")
         return Batch({**self.tensors, **other.tensors}, {**self.non_tensors, **other.non_tensors}, {**self.meta, **other.meta})
 
+    def pad_rows_to_multiple(self, multiple: int, zero_keys: Iterable[str] = ("response_mask",)) -> tuple["Batch", int]:
+        """Append copies of the last row until ``len`` is a multiple of ``multiple``, with
+        ``zero_keys`` zeroed in the copies (so they add nothing to a masked loss or its
+        normalisers). Lets uneven batches split evenly over data-parallel ranks and
+        micro-batches. Returns the padded batch and the number of rows added."""
+        n = len(self)
+        pad = (-n) % max(1, multiple)
+        if pad == 0 or n == 0:
+            return self, 0
+        out = self.select(list(range(n)) + [n - 1] * pad)
+        for k in zero_keys:
+            if k in out.tensors:
+                out.tensors[k][n:] = 0
+        return out, pad
+
     def to(self, device: str | torch.device) -> "Batch":
         return Batch({k: v.to(device) for k, v in self.tensors.items()}, dict(self.non_tensors), dict(self.meta))
 

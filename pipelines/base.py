@@ -1,0 +1,191 @@
+"""What every pipeline shares: run directory, seeding, Ray, tracker, checkpoints, an event
+loop thread for asynchronous rollouts, and the step loop with progress display.
+
+A concrete pipeline implements ``setup()``, ``train_step(step) -> metrics``, and the
+checkpoint hooks ``save_state(dir)`` / ``load_state(dir, state)``; everything else is here.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Coroutine, Iterator, Optional
+
+import numpy as np
+import torch
+import yaml
+
+from roll.config.schema import PipelineConfig
+from roll.config.validate import ConfigError, to_dict
+from roll.tracking import create_tracker
+from roll.utils.checkpoint import CheckpointManager, set_rng_state
+from roll.utils.logging import get_logger, progress
+
+logger = get_logger("roll.pipelines")
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def init_ray(cfg: PipelineConfig) -> None:
+    """Start or join the Ray cluster named by ``cfg.ray`` (idempotent)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ROLL_CACHE_DIR", "RAY_AUTH_MODE", "ROLL_LOG_LEVEL"):
+        if key in os.environ:
+            env_vars[key] = os.environ[key]
+    runtime_env = dict(cfg.ray.runtime_env)
+    runtime_env["env_vars"] = {**env_vars, **runtime_env.get("env_vars", {})}
+    kwargs: dict[str, Any] = dict(namespace=cfg.ray.namespace, runtime_env=runtime_env, log_to_driver=True)
+    if cfg.ray.address:
+        kwargs["address"] = cfg.ray.address
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        kwargs.update(address="local", include_dashboard=False)
+        if cfg.ray.num_cpus is not None:
+            kwargs["num_cpus"] = cfg.ray.num_cpus
+    ray.init(**kwargs)
+
+
+class LoopThread:
+    """An asyncio event loop on a daemon thread: the rollout scheduler keeps producing
+    episodes while the driver trains (asynchronous generation)."""
+
+    def __init__(self, name: str = "rollout-loop"):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine, timeout: Optional[float] = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+class BasePipeline:
+    """The step loop, run directory, tracking and checkpoint/resume."""
+
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+        self.output_dir = Path(cfg.output_dir).resolve()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        seed_everything(cfg.seed, cfg.deterministic)
+        self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", cfg.max_ckpt_to_keep)
+        self.start_step = 0
+        self.resume_from: Optional[Path] = self._find_resume_checkpoint()
+        self.tracker = None
+        self.timings: dict[str, float] = {}
+
+    # ---- hooks ------------------------------------------------------------------------
+    def setup(self) -> None:
+        raise NotImplementedError
+
+    def train_step(self, step: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def save_state(self, ckpt_dir: Path) -> dict[str, Any]:
+        """Write role states into ``ckpt_dir``; return extra JSON state for the driver."""
+        raise NotImplementedError
+
+    def load_state(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def validate(self, step: int) -> dict[str, float]:
+        return {}
+
+    def finalize(self) -> None:
+        """Write the final model (an ordinary Hugging Face directory)."""
+
+    def shutdown(self) -> None:
+        pass
+
+    # ---- machinery ----------------------------------------------------------------------
+    @contextmanager
+    def timer(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[f"timing/{name}"] = self.timings.get(f"timing/{name}", 0.0) + time.perf_counter() - t0
+
+    def _find_resume_checkpoint(self) -> Optional[Path]:
+        r = self.cfg.resume_from_checkpoint
+        if r is False:
+            return None
+        if r is True:
+            latest = self.checkpoints.latest()
+            if latest is None:
+                logger.info("resume_from_checkpoint: no checkpoint in %s yet; starting fresh", self.checkpoints.root)
+            return latest
+        path = Path(str(r))
+        if not path.exists():
+            raise ConfigError([f"resume_from_checkpoint: {path} does not exist"])
+        return path
+
+    def _restore(self) -> None:
+        assert self.resume_from is not None
+        state = CheckpointManager.read_state(self.resume_from)
+        self.load_state(self.resume_from, state)
+        set_rng_state(state["rng"])
+        self.start_step = int(state["step"])
+        logger.info("resumed from %s at step %d", self.resume_from, self.start_step)
+
+    def save_checkpoint(self, step: int) -> None:
+        self.checkpoints.save(step, self.save_state)
+
+    def _make_tracker(self) -> None:
+        log_dir = Path(self.cfg.tracking.log_dir or self.output_dir / "logs")
+        self.tracker = create_tracker(self.cfg.tracking, run_name=self.cfg.exp_name, log_dir=str(log_dir),
+                                      config_dict=to_dict(self.cfg), resume_step=self.start_step or None)
+
+    def run(self) -> None:
+        cfg = self.cfg
+        self._make_tracker()  # fails at start-up for a missing tracker package
+        try:
+            self.setup()
+            if self.resume_from is not None:
+                self._restore()
+            with progress(cfg.show_progress) as bar:
+                task = bar.add_task(cfg.exp_name, total=cfg.max_steps, completed=self.start_step, status="")
+                for step in range(self.start_step, cfg.max_steps):
+                    self.timings = {}
+                    t0 = time.perf_counter()
+                    metrics = self.train_step(step)
+                    done = step + 1
+                    if cfg.save_steps and done % cfg.save_steps == 0 and done < cfg.max_steps:
+                        with self.timer("checkpoint"):
+                            self.save_checkpoint(done)
+                    if cfg.eval_steps and done % cfg.eval_steps == 0:
+                        with self.timer("validation"):
+                            metrics.update(self.validate(done))
+                    metrics.update(self.timings)
+                    metrics["timing/step"] = time.perf_counter() - t0
+                    if done % max(1, cfg.logging_steps) == 0 or done == cfg.max_steps:
+                        self.tracker.log(metrics, step=done)
+                    bar.update(task, completed=done, status=self.status_line(metrics))
+            self.save_checkpoint(cfg.max_steps)
+            self.finalize()
+        finally:
+            self.shutdown()
+            if self.tracker is not None:
+                self.tracker.finish()
+
+    def status_line(self, metrics: dict[str, float]) -> str:
+        return ""
