@@ -129,7 +129,8 @@ def extract_code(text: object) -> tuple[Optional[str], str]:
         if not blocks:
             return None, f"no code found: {NO_CODE_HINT}"
         code = _pick_block(blocks)
-    code = code.strip("\n")
+    # Lone surrogates and the like cannot be written to a file: replace them like a decoder would.
+    code = code.encode("utf-8", errors="replace").decode("utf-8").strip("\n")
     if not code.strip():
         return None, "the answer holds no code"
     return code + "\n", ""
@@ -376,7 +377,7 @@ def _failure_status(r: ExecutionResult) -> str:
 
 def _error_detail(r: ExecutionResult, status: str, timeout_s: float) -> str:
     if status == "timeout":
-        return f"time limit exceeded ({timeout_s:g} s wall, {r.cpu_time_s:.2f} s CPU)"
+        return f"time limit exceeded ({timeout_s:g} s)"
     if status == "memory":
         return "memory limit exceeded\n" + _clip(r.stderr[-400:], 400)
     if status == "output_limit":
@@ -411,7 +412,7 @@ def syntax_error(code: str, python: str) -> Optional[str]:
         compile(code, "main.py", "exec", dont_inherit=True)
     except SyntaxError as e:
         return f"{type(e).__name__}: {e.msg} (line {e.lineno})\n{_clip((e.text or '').rstrip(), 200)}".rstrip()
-    except (ValueError, MemoryError, RecursionError, OverflowError):
+    except (ValueError, UnicodeError, MemoryError, RecursionError, OverflowError):
         return None
     return None
 

@@ -132,8 +132,9 @@ class Sandbox:
         """
         if not command or not all(isinstance(a, str) for a in command):
             raise ValueError(f"command must be a non-empty list of strings, got {command!r}")
-        stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-        contents = {check_file_name(k): (v.encode() if isinstance(v, str) else bytes(v))
+        # Text that is not valid UTF-8 (lone surrogates) is written with replacement characters.
+        stdin_bytes = stdin.encode(errors="replace") if isinstance(stdin, str) else bytes(stdin)
+        contents = {check_file_name(k): (v.encode(errors="replace") if isinstance(v, str) else bytes(v))
                     for k, v in (files or {}).items()}
         timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
         mode = self.mode

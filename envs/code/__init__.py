@@ -1,0 +1,1 @@
+"""A multi-turn coding environment on the code sandbox, with a problem set written for roll."""
