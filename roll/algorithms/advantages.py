@@ -264,8 +264,10 @@ def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
 
 @ADVANTAGES.register("grpo")
 def grpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
-    """GRPO: the episode score normalised within its group (``reward_norm``: mean_std is GRPO,
-    mean is Dr. GRPO), the same advantage on every model token of the sample."""
+    """GRPO: the episode score normalised within its group (reward_norm), on every token.
+
+    ``reward_norm.method``: mean_std is GRPO, mean is Dr. GRPO; the same advantage on every
+    model token of the sample."""
     estimator_args(cfg, {})
     scores = sequence_scores(inputs)
     base, scale = score_baseline(scores, norm_keys(inputs, cfg.reward_norm.group_by), cfg.reward_norm.method)
@@ -275,7 +277,8 @@ def grpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
 
 @ADVANTAGES.register("rloo")
 def rloo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
-    """RLOO: score minus the mean score of the OTHER samples of its group,
+    """RLOO: score minus the mean score of the other samples of its group.
+
     ``A_i = n/(n-1) (x_i - mean)``; a group of one gets 0 (no other sample to compare)."""
     estimator_args(cfg, {})
     scores = sequence_scores(inputs)
@@ -306,9 +309,10 @@ def reinforce(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
 
 @ADVANTAGES.register("reinforce_pp")
 def reinforce_pp(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
-    """REINFORCE++: token-level reward-to-go (KL penalty per token when ``use_kl_in_reward``)
-    whitened over all model tokens of the batch. ``group_baseline: true`` first subtracts the
-    group mean of ``G_0`` (REINFORCE++-baseline)."""
+    """REINFORCE++: token-level reward-to-go whitened over all model tokens of the batch.
+
+    The rewards carry the per-token KL penalty when ``use_kl_in_reward``.
+    ``group_baseline: true`` first subtracts the group mean of ``G_0`` (REINFORCE++-baseline)."""
     args = estimator_args(cfg, {"group_baseline": False})
     m = inputs.response_mask
     returns = discounted_returns(inputs.token_rewards * m.to(inputs.token_rewards.dtype), m, _turns(inputs), cfg.gamma, cfg.token_gamma)
@@ -323,8 +327,10 @@ def reinforce_pp(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
 
 @ADVANTAGES.register("gigpo")
 def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
-    """GiGPO on step-mode samples: episode-level group advantage plus ``step_weight`` times a
-    step-level advantage over steps (of the same group) that saw an identical state.
+    """GiGPO: episode-level group advantage plus a step-level one over identical states.
+
+    Step-mode samples; the step-level part, weighted by ``step_weight``, compares steps of the
+    same group that saw an identical state.
 
     ``A^E``: episode return (sum of its steps' rewards) normalised over episodes with
     ``reward_norm``; ``A^S``: discounted return from the step (``gamma``) normalised within

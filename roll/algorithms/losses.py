@@ -90,8 +90,10 @@ def clipped_surrogate(
 
 @POLICY_LOSSES.register("ppo_clip")
 def ppo_clip(logprobs, old_logprobs, advantages, mask, cfg, *, infer_logprobs=None, ref_logprobs=None, entropy=None) -> PolicyLossOutput:
-    """PPO clipped surrogate with asymmetric bounds (clip-higher) and optional dual clip
-    (``cfg.dual_clip``); token-level ratio ``exp(logprobs - old_logprobs)``."""
+    """PPO clipped surrogate, asymmetric bounds (clip-higher), optional dual clip.
+
+    Token-level ratio ``exp(logprobs - old_logprobs)``; ``cfg.dual_clip`` bounds negative
+    advantages."""
     log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
     out = clipped_surrogate(torch.exp(log_ratio), advantages, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.dual_clip)
     out.metrics["actor/ppo_kl"] = _f(masked_mean(-log_ratio, mask))
@@ -100,8 +102,9 @@ def ppo_clip(logprobs, old_logprobs, advantages, mask, cfg, *, infer_logprobs=No
 
 @POLICY_LOSSES.register("dual_clip")
 def dual_clip_loss(logprobs, old_logprobs, advantages, mask, cfg, *, infer_logprobs=None, ref_logprobs=None, entropy=None) -> PolicyLossOutput:
-    """Dual-clip PPO (Ye et al. 2020): ppo_clip with the negative-advantage bound always on
-    (``cfg.dual_clip``, default 3)."""
+    """Dual-clip PPO (Ye et al. 2020): ppo_clip with the negative-advantage bound always on.
+
+    The bound is ``cfg.dual_clip``, default 3."""
     c = cfg.dual_clip if cfg.dual_clip is not None else DEFAULT_DUAL_CLIP
     log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
     out = clipped_surrogate(torch.exp(log_ratio), advantages, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, c)
@@ -111,8 +114,9 @@ def dual_clip_loss(logprobs, old_logprobs, advantages, mask, cfg, *, infer_logpr
 
 @POLICY_LOSSES.register("gspo")
 def gspo(logprobs, old_logprobs, advantages, mask, cfg, *, infer_logprobs=None, ref_logprobs=None, entropy=None) -> PolicyLossOutput:
-    """GSPO: one length-normalised sequence ratio ``s_i = exp(mean_t(logp - old))`` clipped
-    per sequence; token form ``s_it = sg(s_i) * pi_t / sg(pi_t)`` (value s_i, gradient
+    """GSPO: a length-normalised sequence-level ratio, clipped per sequence.
+
+    ``s_i = exp(mean_t(logp - old))``; token form ``s_it = sg(s_i) * pi_t / sg(pi_t)`` (value s_i, gradient
     ``s_i * grad log pi_t``). Use small clip ranges (paper: 3e-4 / 4e-4) and seq-mean-token-mean."""
     m = mask.to(logprobs.dtype)
     log_ratio = (logprobs - old_logprobs).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)

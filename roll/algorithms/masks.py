@@ -47,11 +47,14 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
     """``(x - mean) / sqrt(var + eps)`` over the selected entries (unbiased variance); entries
-    outside ``mask`` are returned as 0. With ``shift_mean=False`` only the scale changes."""
+    outside ``mask`` are returned as 0. With ``shift_mean=False`` only the scale changes.
+
+    When the std is at most 1e-6 the entries are all equal up to float noise: they are only
+    centred, not scaled, so identical values give ~0 instead of noise times 1/sqrt(eps)."""
     mean = masked_mean(x, mask)
     var = masked_var(x, mask)
     out = (x - mean) if shift_mean else x
-    out = out * torch.rsqrt(var + eps)
+    out = out * torch.where(var > 1e-12, torch.rsqrt(var + eps), torch.ones_like(var))
     return out * mask.to(x.dtype)
 
 
