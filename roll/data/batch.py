@@ -114,7 +114,8 @@ class Batch:
             parts = [b.tensors[k] for b in batches]
             if parts[0].dim() >= 2 and len({p.shape[1:] for p in parts}) > 1:
                 width = max(p.shape[1] for p in parts)
-                parts = [torch.nn.functional.pad(p, (0, width - p.shape[1])) if p.dim() == 2 else p for p in parts]
+                # Pad dim 1 (F.pad lists dims last-first, so trailing dims get (0, 0) each).
+                parts = [torch.nn.functional.pad(p, (0, 0) * (p.dim() - 2) + (0, width - p.shape[1])) for p in parts]
             tensors[k] = torch.cat(parts, dim=0)
         non_tensors = {k: np.concatenate([b.non_tensors[k] for b in batches]) for k in batches[0].non_tensors}
         return Batch(tensors, non_tensors, dict(batches[0].meta))
