@@ -13,7 +13,7 @@ impossible cannot turn the whole loss into inf; inside that range the values are
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -105,7 +105,7 @@ def sequence_kl(kl: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (kl * mask.to(kl.dtype)).sum(-1)
 
 
-def kl_for_reward(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: Optional[str]) -> torch.Tensor:
+def kl_for_reward(old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str = "k1") -> torch.Tensor:
     """Per-token KL [B, T] for the reward penalty, zero outside ``mask``; no gradient."""
     with torch.no_grad():
-        return compute_kl(old_logprobs, ref_logprobs, estimator or "k1") * mask.to(old_logprobs.dtype)
+        return compute_kl(old_logprobs, ref_logprobs, estimator) * mask.to(old_logprobs.dtype)

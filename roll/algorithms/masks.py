@@ -9,13 +9,10 @@ zero-length response must never poison a batch statistic.
 """
 from __future__ import annotations
 
-import logging
-from typing import Any, Hashable, Optional, Sequence
+from typing import Any, Hashable, Optional
 
 import numpy as np
 import torch
-
-logger = logging.getLogger(__name__)
 
 GroupKeys = Any  # torch.Tensor [B] | np.ndarray [B] | Sequence[Hashable] of length B
 
@@ -108,10 +105,18 @@ def turn_ids_from_mask(response_mask: torch.Tensor) -> torch.Tensor:
 
 
 # ---- sample masks (which samples may enter the loss) ---------------------------------------
+def per_sample_tensor(x: Any, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """A per-sample flag or score ([B] tensor, list, or a Batch's object array of bools) as a
+    1-D tensor."""
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype)
+    return torch.tensor([float(v) for v in x], dtype=dtype)
+
+
 def overlong_mask(truncated: torch.Tensor) -> torch.Tensor:
     """keep [B] bool: False for samples that hit the length or turn limit (DAPO's overlong
     filtering: a truncated answer is not evidence that the answer was bad)."""
-    return ~truncated.bool()
+    return ~per_sample_tensor(truncated).bool()
 
 
 def difficulty_mask(
@@ -123,7 +128,8 @@ def difficulty_mask(
     """keep [B] bool: False for every sample of a group whose mean success is ``<= low`` (too
     hard) or ``>= high`` (too easy). ``success`` [B] is 0/1 or a score in [0, 1]."""
     inverse, n = group_index(group_ids)
-    mean, _, _ = group_stats(success.double(), inverse, n)
+    success = per_sample_tensor(success)
+    mean, _, _ = group_stats(success, inverse, n)
     keep = torch.ones(n, dtype=torch.bool)
     if low is not None:
         keep &= mean > low
@@ -141,6 +147,8 @@ def build_sample_mask(
     batch_size: Optional[int] = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Combine the masks the :class:`AlgorithmConfig` ``cfg`` asks for into keep [B] bool.
+
+    Per-sample inputs may be tensors or sequences (e.g. ``batch["success"]``).
 
     - ``failed`` [B] bool (infrastructure failure: env crash/timeout, dead worker) always
       masks, whatever the config: such a sample has no valid reward.
@@ -160,19 +168,19 @@ def build_sample_mask(
     keep = torch.ones(n, dtype=torch.bool)
     metrics: dict[str, float] = {}
     if failed is not None:
-        f = failed.bool().cpu()
+        f = per_sample_tensor(failed).bool()
         metrics["reward/masked_failed"] = float(f.sum())
         keep &= ~f
     if cfg.mask_overlong:
         if truncated is None:
             raise ValueError("algorithm.mask_overlong is set but no per-sample `truncated` flags were given")
-        o = ~overlong_mask(truncated).cpu()
+        o = ~overlong_mask(truncated)
         metrics["reward/masked_overlong"] = float(o.sum())
         keep &= ~o
     if cfg.difficulty_mask_low is not None or cfg.difficulty_mask_high is not None:
         if success is None or group_ids is None:
             raise ValueError("difficulty masks need per-sample `success` and `group_ids`")
-        d = ~difficulty_mask(group_ids, success.cpu(), cfg.difficulty_mask_low, cfg.difficulty_mask_high)
+        d = ~difficulty_mask(group_ids, per_sample_tensor(success).cpu(), cfg.difficulty_mask_low, cfg.difficulty_mask_high)
         metrics["reward/masked_difficulty"] = float(d.sum())
         keep &= ~d
     metrics["reward/kept_fraction"] = float(keep.double().mean()) if n else 1.0
@@ -183,11 +191,3 @@ def apply_sample_mask(response_mask: torch.Tensor, keep: torch.Tensor) -> torch.
     """Zero the loss mask of dropped samples: [B, T] * keep[B, None]."""
     return response_mask * keep.to(device=response_mask.device, dtype=response_mask.dtype)[:, None]
 
-
-def as_sequence(x: Any, n: int, name: str) -> Sequence:
-    """Check a per-sample field has length ``n`` (clear error instead of a shape mismatch)."""
-    if x is None:
-        raise ValueError(f"{name} is required")
-    if len(x) != n:
-        raise ValueError(f"{name} has {len(x)} entries, expected {n}")
-    return x

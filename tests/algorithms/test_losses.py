@@ -252,7 +252,7 @@ def test_critic_loss_fn_accepts_values_in_extra():
     assert float(a) == float(b)
     mask = mb["response_mask"]
     # raw critic outputs V(x_<=t): the prediction for the state before token t sits at t-1
-    shift = lambda x: torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)  # noqa: E731
+    shift = lambda x: torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
     ref = torch.tensor([[ref_value_loss(float(v), float(o), float(r), 0.2) for v, o, r in zip(*rows)]
                         for rows in zip(shift(pred), shift(mb["values"]), mb["returns"])], dtype=torch.float64)
     assert math.isclose(float(a), 0.5 * ref_aggregate(ref, mask, "token-mean"), rel_tol=1e-11)

@@ -98,3 +98,13 @@ def test_build_sample_mask_combines_and_counts():
         build_sample_mask(AlgorithmConfig(difficulty_mask_high=1.0), groups)
     with pytest.raises(ValueError, match="disagree"):
         build_sample_mask(cfg, groups, success[:3], truncated, failed)
+
+
+def test_build_sample_mask_reads_batch_object_arrays():
+    from roll.data.batch import Batch
+
+    b = Batch(non_tensors={"group_id": ["a", "a", "b", "b"], "success": [True, True, True, False],
+                           "truncated": [False, False, True, False]})
+    cfg = AlgorithmConfig(mask_overlong=True, difficulty_mask_high=1.0)
+    keep, _ = build_sample_mask(cfg, b["group_id"], success=b["success"], truncated=b["truncated"])
+    assert keep.tolist() == [False, False, False, True]
