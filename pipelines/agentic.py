@@ -11,7 +11,6 @@ No algorithm maths lives here: advantages come from `roll.algorithms.compute_adv
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,16 +33,16 @@ from roll.data.batch import Batch
 from roll.distributed.cluster import Cluster
 from roll.distributed.model_update import ModelUpdateGroup
 from roll.distributed.resource_pool import ResourcePool, validate_plan
-from roll.rollout.scheduler import RolloutBatch, RolloutScheduler
+from roll.rollout.scheduler import RolloutBatch
+from roll.rollout.service import ThreadedScheduler, build_rollout_scheduler
 from roll.utils.logging import get_logger
 from roll.workers.actor import ActorWorker
 from roll.workers.base import resolve_model
 from roll.workers.critic import CriticWorker
-from roll.workers.environment import EnvironmentWorker
 from roll.workers.inference import InferenceWorker
 from roll.workers.reference import ReferenceWorker
 
-from roll.pipelines.base import BasePipeline, LoopThread, init_ray
+from roll.pipelines.base import BasePipeline, init_ray
 
 logger = get_logger("roll.pipelines.agentic")
 
@@ -60,8 +59,8 @@ class AgenticPipeline(BasePipeline):
         self.critic_loss_fn = make_critic_loss_fn(cfg.algorithm) if cfg.critic is not None else None
         self.model_path = resolve_model(cfg.pretrain)
         self.version = 0
-        self.loop: Optional[LoopThread] = None
-        self.env_actors: list[Any] = []
+        self.train_scheduler: Optional[ThreadedScheduler] = None
+        self.val_scheduler: Optional[ThreadedScheduler] = None
 
     # ================================================================ setup
     def setup(self) -> None:
@@ -83,10 +82,8 @@ class AgenticPipeline(BasePipeline):
                                worker_kwargs=dict(common, num_training_steps=steps["critic"] * cfg.max_steps))
                        if cfg.critic is not None else None)
         self.model_update = ModelUpdateGroup(self.actor_train, [self.actor_infer], cfg.model_update_buffer_size_mb)
-        self.loop = LoopThread()
-        self.train_scheduler = self._make_scheduler(cfg.train_env_manager, validation=False)
-        self.val_scheduler = (self._make_scheduler(cfg.val_env_manager, validation=True)
-                              if cfg.val_env_manager is not None and cfg.val_env_manager.tags else None)
+        self.train_scheduler = self._make_scheduler(validation=False)
+        self.val_scheduler = self._make_scheduler(validation=True) if cfg.val_env_manager is not None else None
 
     def optimizer_steps_per_step(self) -> dict[str, int]:
         """Optimizer steps each training role takes per pipeline step (for LR schedules)."""
@@ -109,26 +106,10 @@ class AgenticPipeline(BasePipeline):
             return max(1, len(parse_device_mapping(role.device_mapping)) // max(1, role.num_gpus_per_worker))
         return int(role.world_size or 1)
 
-    def _make_scheduler(self, manager_cfg: Any, validation: bool) -> RolloutScheduler:
-        import ray
-
-        cfg = self.cfg
-        envs = {t: cfg.custom_envs[t] for t in (manager_cfg.tags or cfg.custom_envs)}
-        gen = cfg.actor_infer.generating_args
-        kwargs = dict(env_configs=envs, manager_config=manager_cfg, generating_args=gen,
-                      tokenizer=self.model_path, inference_workers=self.actor_infer.workers,
-                      max_inflight_per_worker=cfg.rollout.max_inflight_per_worker,
-                      on_weight_update=cfg.rollout.on_weight_update, imports=list(cfg.imports),
-                      name=f"{'val' if validation else 'train'}-env")
-        n = max(0, int(manager_cfg.num_env_workers))
-        if n == 0:
-            hosts = [EnvironmentWorker(**kwargs)]  # in-process, on the driver's rollout loop
-        else:
-            remote = ray.remote(EnvironmentWorker).options(num_cpus=0, max_concurrency=max(64, manager_cfg.max_concurrent_episodes * 4))
-            hosts = [remote.remote(**{**kwargs, "name": f"{kwargs['name']}-{i}"}) for i in range(n)]
-            self.env_actors.extend(hosts)
-        return RolloutScheduler(envs, manager_cfg, cfg.rollout, hosts, pad_token_id=self.tokenizer.pad_token_id,
-                                seed=cfg.seed, validation=validation)
+    def _make_scheduler(self, validation: bool) -> ThreadedScheduler:
+        return ThreadedScheduler(lambda: build_rollout_scheduler(
+            self.cfg, self.actor_infer.workers, self.model_path, validation=validation,
+            use_ray=self.cfg.train_env_manager.num_env_workers > 0))
 
     # ================================================================ one step
     def train_step(self, step: int) -> dict[str, float]:
@@ -155,17 +136,16 @@ class AgenticPipeline(BasePipeline):
         workers, unless they already serve that version."""
         if self.version == step:
             return {}
-        with self.timer("model_update"):
-            self.loop.run(self.train_scheduler.suspend())
+        with self.timer("model_update"), self.train_scheduler.weight_update(version=step):
             out = self.model_update.update(version=step)
-            self.version = step
-            self.loop.run(self.train_scheduler.set_policy_version(step))
-            self.loop.run(self.train_scheduler.resume())
+        self.version = step
+        if self.val_scheduler is not None:
+            self.val_scheduler.set_policy_version(step)
         return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
 
     def collect_rollouts(self, step: int) -> RolloutBatch:
         with self.timer("rollout"):
-            return self.loop.run(self.train_scheduler.get_batch(self.cfg.rollout_batch_size))
+            return self.train_scheduler.get_batch(self.cfg.rollout_batch_size)
 
     def reference_logprobs(self, batch: Batch) -> dict[str, float]:
         if self.reference is None:
@@ -265,7 +245,7 @@ class AgenticPipeline(BasePipeline):
         if self.val_scheduler is None:
             return {}
         self.sync_weights(step)
-        rollout = self.loop.run(self.val_scheduler.get_batch(self.cfg.val_batch_size))
+        rollout = self.val_scheduler.get_batch(self.cfg.val_batch_size)
         return {f"val/{k}": v for k, v in rollout.metrics.items()}
 
     # ================================================================ checkpoint
@@ -273,7 +253,7 @@ class AgenticPipeline(BasePipeline):
         self.actor_train.call("save", str(ckpt_dir / "actor_train"))
         if self.critic is not None:
             self.critic.call("save", str(ckpt_dir / "critic"))
-        return {"kl_coef": self.kl_ctl.state_dict(), "scheduler": self.train_scheduler.state_dict(),
+        return {"kl_coef": self.kl_ctl.state_dict(), "scheduler": self.train_scheduler.scheduler.state_dict(),
                 "version": self.version}
 
     def load_state(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
@@ -281,7 +261,7 @@ class AgenticPipeline(BasePipeline):
         if self.critic is not None:
             self.critic.call("load", str(ckpt_dir / "critic"))
         self.kl_ctl.load_state_dict(state["kl_coef"])
-        self.train_scheduler.load_state_dict(state["scheduler"])
+        self.train_scheduler.scheduler.load_state_dict(state["scheduler"])
         # self.version stays 0: the inference workers still hold the pretrained weights, so
         # the first step after resume syncs the restored ones.
 
@@ -297,14 +277,12 @@ class AgenticPipeline(BasePipeline):
         logger.info("final model (Hugging Face format): %s", final)
 
     def shutdown(self) -> None:
-        if self.loop is not None:
-            for sched in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):
-                if sched is not None:
-                    try:
-                        self.loop.run(sched.shutdown(), timeout=30)
-                    except Exception as e:  # shutdown must not hide the run's own error
-                        logger.warning("rollout scheduler shutdown failed: %s", e)
-            self.loop.close()
+        for sched in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):
+            if sched is not None:
+                try:
+                    sched.close()
+                except Exception as e:  # closing must not hide the run's own error
+                    logger.warning("rollout scheduler shutdown failed: %s", e)
 
     def status_line(self, metrics: dict[str, float]) -> str:
         keys = [k for k in metrics if k.startswith("env/") and k.endswith("/success")]

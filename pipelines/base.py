@@ -162,6 +162,9 @@ class BasePipeline:
             self.setup()
             if self.resume_from is not None:
                 self._restore()
+            if cfg.eval_steps and self.start_step == 0:
+                with self.timer("validation"):
+                    self.tracker.log({**self.validate(0), **self.timings}, step=0)
             with progress(cfg.show_progress) as bar:
                 task = bar.add_task(cfg.exp_name, total=cfg.max_steps, completed=self.start_step, status="")
                 for step in range(self.start_step, cfg.max_steps):
