@@ -365,16 +365,18 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     by_episode: dict[int, list[int]] = {}
     for i, e in enumerate(ep_inv_l):
         by_episode.setdefault(e, []).append(i)
-    step_return = torch.zeros(B, dtype=dtype, device=device)
+    rewards_l = step_reward.double().tolist()  # a Python loop over steps: plain floats are cheaper
+    returns_l = [0.0] * B
     for e, rows in by_episode.items():
         rows.sort(key=lambda i: step_ids[i])
         seen = [step_ids[i] for i in rows]
         if len(set(seen)) != len(seen):
             raise ValueError(f"episode {inputs.episode_ids[rows[0]]!r} has duplicate step_ids {seen}")
-        acc = torch.zeros((), dtype=dtype, device=device)
+        acc = 0.0
         for i in reversed(rows):
-            acc = step_reward[i] + cfg.gamma * acc
-            step_return[i] = acc
+            acc = rewards_l[i] + cfg.gamma * acc
+            returns_l[i] = acc
+    step_return = torch.tensor(returns_l, dtype=dtype, device=device)
     gid = inputs.group_ids.tolist() if isinstance(inputs.group_ids, torch.Tensor) else list(inputs.group_ids)
     anchors = [(gid[i], inputs.state_keys[i]) for i in range(B)]
     s_base, s_scale = score_baseline(step_return, anchors, cfg.reward_norm.method)
