@@ -104,6 +104,26 @@ def test_parser_never_raises_and_is_consistent(text, n, need_tag):
         assert parsed.error
 
 
+_TURNS = st.builds(
+    lambda pre, think, mid, ans, post: f"{pre}<think>{think}</think>{mid}<answer>{ans}</answer>{post}",
+    st.sampled_from(["", " ", "\n", "x"]),
+    st.one_of(st.text(max_size=20), _TAGGY),
+    st.sampled_from(["", " ", "\n", "<answer>", "hm"]),
+    st.one_of(_WORDS, st.sampled_from(["Up, Left", "up then down", " LEFT. ", "Right!", "<answer>Up"])),
+    st.sampled_from(["", " ", "\n\n", "</answer>", " bye"]),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.one_of(_TURNS, _ANY_TEXT), n=st.integers(1, 3))
+def test_fast_path_agrees_with_the_general_algorithm(text, n):
+    fast = ActionParser(WORDS, ParserConfig(max_actions_per_turn=n))
+    slow = ActionParser(WORDS, ParserConfig(max_actions_per_turn=n))
+    slow._fast = False
+    a, b = fast(text), slow(text)
+    assert (a.valid, a.actions, a.think, a.answer) == (b.valid, b.actions, b.think, b.answer)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inner=st.text(max_size=50), depth=st.integers(2, 5))
 def test_nested_answer_tags_are_invalid(inner, depth):
