@@ -10,7 +10,6 @@ No algorithm maths lives here: advantages come from `roll.algorithms.compute_adv
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Optional
 
@@ -264,17 +263,6 @@ class AgenticPipeline(BasePipeline):
         self.train_scheduler.scheduler.load_state_dict(state["scheduler"])
         # self.version stays 0: the inference workers still hold the pretrained weights, so
         # the first step after resume syncs the restored ones.
-
-    def finalize(self) -> None:
-        final = self.output_dir / "final_model"
-        latest = self.checkpoints.latest()
-        if latest is None:
-            return
-        if final.exists():
-            shutil.rmtree(final)
-        shutil.copytree(latest / "actor_train", final, ignore=shutil.ignore_patterns("trainer_state.pt"))
-        self.tokenizer.save_pretrained(str(final))
-        logger.info("final model (Hugging Face format): %s", final)
 
     def shutdown(self) -> None:
         for sched in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):

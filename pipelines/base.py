@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -110,8 +111,23 @@ class BasePipeline:
     def validate(self, step: int) -> dict[str, float]:
         return {}
 
+    final_role = "actor_train"
+    """The role whose last checkpoint becomes ``final_model``."""
+
     def finalize(self) -> None:
-        """Write the final model (an ordinary Hugging Face directory)."""
+        """Copy the trained role of the last checkpoint to ``<output_dir>/final_model``: an
+        ordinary Hugging Face model directory with the tokenizer."""
+        latest = self.checkpoints.latest()
+        if latest is None or not (latest / self.final_role).exists():
+            return
+        final = self.output_dir / "final_model"
+        if final.exists():
+            shutil.rmtree(final)
+        shutil.copytree(latest / self.final_role, final, ignore=shutil.ignore_patterns("trainer_state.pt"))
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(final))
+        logger.info("final model (Hugging Face format): %s", final)
 
     def shutdown(self) -> None:
         pass

@@ -121,6 +121,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_demos(args: argparse.Namespace) -> int:
+    return load_entry_point("roll.pipelines.sft_data:main")(args.args)
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     print(f"roll {__version__}")
     return 0
@@ -176,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     c = csub.add_parser("parity", help="train/infer logprob parity of a config's backends")
     with_config(c)
     c.set_defaults(fn=cmd_check_parity)
+
+    p = sub.add_parser("data", help="data generators")
+    dsub = p.add_subparsers(dest="data_command", required=True)
+    d = dsub.add_parser("demos", help="SFT demonstrations from the envs' expert agents (see --help)", add_help=False)
+    d.add_argument("args", nargs=argparse.REMAINDER)
+    d.set_defaults(fn=cmd_data_demos)
 
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(fn=cmd_version)

@@ -99,6 +99,10 @@ class DataConfig:
     """Field holding the domain tag."""
     num_epochs: int = 1
     """Passes over the data (SFT)."""
+    max_seq_length: int = 1024
+    """SFT: conversations longer than this (tokens) are dropped and counted."""
+    shuffle: bool = True
+    """SFT: shuffle the examples every epoch (seeded)."""
 
 
 @dataclass
