@@ -30,6 +30,8 @@ install_requires = [
     "rapidfuzz>=3",
     "bm25s>=0.2",
     "tensorboard>=2.15",
+    "math-verify>=0.7",
+    "pyarrow>=14",
 ]
 
 extras = {
