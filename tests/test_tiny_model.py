@@ -192,10 +192,14 @@ def test_env_observations_round_trip(env_id, built):
     finally:
         env.close()
     assert texts and all(isinstance(t, str) for t in texts)
+    cells = set(tiny.GRID_SYMBOLS + tiny.XSB_SYMBOLS)
     for text in texts:
         ids = in_memory.encode(text)
         assert reloaded.encode(text) == ids
         assert reloaded.decode(ids) == text
+        for line in text.split("\n"):  # grid rows: one token per cell
+            if len(line) > 2 and set(line) <= cells:
+                assert len(reloaded.encode(line)) == len(line), line
 
 
 def test_cached_path_builds_once_under_concurrency(tmp_path, monkeypatch):
