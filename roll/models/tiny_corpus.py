@@ -157,7 +157,7 @@ def webshop_episode(rng: random.Random) -> str:
         "You are shopping on WebShop. Find the item that best matches the instruction and buy it. "
         "Actions are search[keywords] or click[button]. Put the action in <answer></answer>.",
         f"WebShop [SEP] Instruction: [SEP] {instr} [SEP] Search",
-        f"Available actions: {{'has_search_bar': True, 'clickables': ['search']}}",
+        "Available actions: {'has_search_bar': True, 'clickables': ['search']}",
         _think_answer(rng, f"search[{want}]", f"I will search for {want}."),
         f"Back to Search [SEP] Page 1 (Total results: {rng.randint(10, 50)}) [SEP] Next >",
     ]
