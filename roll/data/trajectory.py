@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import torch
 
 from roll.data.batch import Batch
@@ -110,22 +111,26 @@ def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Bat
             raise ValueError(f"trajectory {t.episode_id} failed ({t.failure}); failed episodes never enter a batch")
     B = len(trajs)
     T = max(len(t.input_ids) for t in trajs)
-    input_ids = torch.full((B, T), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((B, T), dtype=torch.long)
-    response_mask = torch.zeros((B, T), dtype=torch.long)
-    infer_logprobs = torch.zeros((B, T), dtype=torch.float32)
-    token_rewards = torch.zeros((B, T), dtype=torch.float32)
-    turn_ids = torch.full((B, T), -1, dtype=torch.long)
-    versions = torch.full((B, T), -1, dtype=torch.long)
+    # filled as numpy rows (one C-level copy per list), converted to torch once
+    ids_np = np.full((B, T), pad_token_id, dtype=np.int64)
+    attn_np = np.zeros((B, T), dtype=np.int64)
+    mask_np = np.zeros((B, T), dtype=np.int64)
+    lp_np = np.zeros((B, T), dtype=np.float32)
+    turn_np = np.full((B, T), -1, dtype=np.int64)
+    ver_np = np.full((B, T), -1, dtype=np.int64)
+    rew_np = np.zeros((B, T), dtype=np.float32)
     for i, t in enumerate(trajs):
         n = len(t.input_ids)
-        input_ids[i, :n] = torch.tensor(t.input_ids, dtype=torch.long)
-        attention_mask[i, :n] = 1
-        response_mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.long)
-        infer_logprobs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
-        turn_ids[i, :n] = torch.tensor(t.token_turns, dtype=torch.long)
-        versions[i, :n] = torch.tensor(t.token_versions, dtype=torch.long)
-        _place_rewards(t, token_rewards[i])
+        ids_np[i, :n] = t.input_ids
+        attn_np[i, :n] = 1
+        mask_np[i, :n] = t.loss_mask
+        lp_np[i, :n] = t.logprobs
+        turn_np[i, :n] = t.token_turns
+        ver_np[i, :n] = t.token_versions
+        _place_rewards(t, turn_np[i], rew_np[i])
+    input_ids, attention_mask = torch.from_numpy(ids_np), torch.from_numpy(attn_np)
+    response_mask, infer_logprobs = torch.from_numpy(mask_np), torch.from_numpy(lp_np)
+    turn_ids, versions, token_rewards = torch.from_numpy(turn_np), torch.from_numpy(ver_np), torch.from_numpy(rew_np)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     non_tensors: dict[str, Any] = {
         "group_id": [t.group_id for t in trajs],
@@ -159,21 +164,21 @@ def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Bat
     )
 
 
-def _place_rewards(t: Trajectory, row: torch.Tensor) -> None:
+def _place_rewards(t: Trajectory, turns: np.ndarray, row: np.ndarray) -> None:
     """Each turn's reward on the last model token of that turn (step mode: turns are local)."""
-    last_token: dict[int, int] = {}
-    for pos, turn in enumerate(t.token_turns):
-        if turn >= 0:
-            last_token[turn] = pos
-    if not last_token:
+    nxt = np.empty_like(turns)
+    nxt[:-1], nxt[-1] = turns[1:], -1
+    last = np.flatnonzero((turns >= 0) & (turns != nxt))  # last token of each turn's span
+    if last.size == 0:
         return
-    turns = sorted(last_token)
-    # Step-mode samples hold one turn whose global index is step_index; their reward list
-    # has that one turn's reward.
-    offset = turns[0] if t.step_index >= 0 else 0
-    for turn in turns:
+    # turn index -> position of its last model token (a resumed turn is still one span)
+    last_of = {int(turns[p]): int(p) for p in last}
+    order = sorted(last_of)
+    # step-mode samples hold one turn whose global index is step_index, with one reward
+    offset = order[0] if t.step_index >= 0 else 0
+    for turn in order:
         k = turn - offset
         if 0 <= k < len(t.turn_rewards):
-            row[last_token[turn]] += float(t.turn_rewards[k])
+            row[last_of[turn]] += float(t.turn_rewards[k])
     if t.step_index < 0 or t.step_index == t.num_turns - 1:
-        row[last_token[turns[-1]]] += float(t.final_reward)
+        row[last_of[order[-1]]] += float(t.final_reward)

@@ -181,6 +181,16 @@ class RolloutScheduler:
             groups = await self._per_sample_batch(demand, t0 + timeout_s)
         return self._assemble(groups, demand, time.monotonic() - t0)
 
+    async def prepare(self, n: int) -> None:
+        """Pre-create the envs a batch of ``n`` episodes (plus redundancy and ahead work) needs,
+        spread over the environment workers, so the first get_batch does not pay for env construction."""
+        await self._setup()
+        demand = self._split_groups(n)
+        live = [i for i in range(len(self.hosts)) if i not in self._dead_hosts]
+        factor = (1.0 + self.mcfg.redundancy) * (1.0 + self.ratio)
+        per_host = {t: math.ceil(k * self.mcfg.group_size * factor / len(live)) for t, k in demand.items()}
+        await asyncio.gather(*(call_host(self.hosts[i], "prepare", per_host) for i in live))
+
     async def suspend(self) -> None:
         """Before a weight update: no new generation; in-flight requests per on_weight_update."""
         await self._setup()

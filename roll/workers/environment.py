@@ -160,6 +160,24 @@ class EnvironmentWorker:
         self._release(manager)
         return manager.trajectories()
 
+    async def prepare(self, counts: dict[str, int]) -> int:
+        """Create idle envs ahead of time (``counts[tag]`` per tag), so the first batch does not
+        pay for env construction. Returns the number of idle envs."""
+        async def one(tag: str) -> None:
+            cfg = self.env_configs[tag]
+            runner = ThreadRunner(f"{self.name}-{tag}-env")
+            try:
+                env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+            except (CallTimeout, Exception) as e:  # the episode that needs it will report the failure
+                runner.close()
+                logger.warning("pre-creating env %s failed: %s", cfg.env_id, e)
+                return
+            self.counters["envs_created"] += 1
+            self._idle_envs[tag].append((env, runner))
+
+        await asyncio.gather(*(one(tag) for tag, n in counts.items() for _ in range(max(0, n - len(self._idle_envs[tag])))))
+        return sum(len(v) for v in self._idle_envs.values())
+
     # ---- weight updates ---------------------------------------------------------------
     async def suspend(self) -> None:
         await self.control.suspend(self.router.abort)

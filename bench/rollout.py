@@ -1,0 +1,380 @@
+"""Rollout scheduling on a long-tail agentic workload: lockstep vs per-sample vs async.
+
+    python bench/rollout.py            # full run, rewrites the "## Rollout" section of docs/benchmarks.md
+    python bench/rollout.py --quick    # same comparison, small (< 60 s)
+
+Workload: episodes with heavy-tailed turns (1 + Pareto, capped) and heavy-tailed tokens per
+turn (log-normal, capped), drawn deterministically from the env seed and the request's
+sampling seed, so every mode runs the same episodes. Three modes run side by side in one
+process through the real RolloutScheduler / EnvironmentWorker / EnvManager / Router code:
+
+- lockstep: ``mode: sync`` (every episode of the batch advances turn by turn together);
+- per-sample: ``mode: async``, ``async_generation_ratio: 0`` (each episode at its own pace);
+- async-1: ``async_generation_ratio: 1`` with simulated training between batches (rollouts of
+  the next step overlap training; weight update = suspend / set version / resume).
+
+Engines: (a) a cost-model engine: ``slots`` decode slots, each decode step takes ``step_ms``
+and yields one token for every active request (continuous batching), so results scale to any
+cluster size by choosing slots and step time; (b) the real HF strategy on the tiny model, with
+each request's max_new_tokens clamped to the drawn length (the random-weight model rarely
+stops by itself).
+
+Lower bound of one batch (cost model): max(total decode tokens / slots x step time, the
+longest episode's own chain: its tokens x step time + its env time). ``bound_ratio`` is the
+per-sample batch wall time over that bound; ``speedup`` is lockstep over per-sample rollout
+time; ``speedup_async`` is lockstep over async-1 per pipeline step (rollout + training).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ROLL_LOG_LEVEL", "ERROR")
+
+import gymnasium  # noqa: E402
+
+from roll.config.roles import GeneratingArgs  # noqa: E402
+from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig  # noqa: E402
+from roll.rollout.scheduler import RolloutScheduler  # noqa: E402
+from roll.strategies.base import GenerationRequest, GenerationResult  # noqa: E402
+from roll.workers.environment import EnvironmentWorker  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+ENV_ID = "rollbench/LongTail-v0"
+
+
+# ---------------------------------------------------------------- workload
+def episode_turns(seed: int, max_turns: int) -> int:
+    """1 + 2 x floor(Pareto(alpha=1) - 1): half the episodes take one turn, a few run to the cap."""
+    rng = random.Random(seed * 7919 + 1)
+    return min(max_turns, 1 + int(rng.paretovariate(1.0) - 1.0) * 2)
+
+
+def turn_tokens(request_seed: int, median: float, cap: int, sigma: float) -> int:
+    rng = random.Random(request_seed * 104729 + 3)
+    return max(2, min(cap, int(median * math.exp(rng.gauss(0.0, sigma)))))
+
+
+class LongTailEnv(gymnasium.Env):
+    """Ignores the action text; lasts ``episode_turns(seed)`` turns; env steps take ``step_s``."""
+
+    def __init__(self, max_turns: int = 16, step_s: float = 0.001):
+        self.max_turns, self.step_s = max_turns, step_s
+        self.left = 0
+
+    def reset(self, seed=None, options=None):
+        self.left = episode_turns(int(seed or 0), self.max_turns)
+        return f"{self.left} to go", {"instruction": "Answer with <answer>go</answer>."}
+
+    def step(self, action):
+        time.sleep(self.step_s)
+        self.left -= 1
+        done = self.left <= 0
+        return f"{self.left} to go", float(done), done, False, {"success": done, "action_is_valid": True, "action_is_effective": True}
+
+
+# ---------------------------------------------------------------- cost-model engine
+class _Req:
+    __slots__ = ("request", "need", "progress", "future")
+
+    def __init__(self, request: GenerationRequest, need: int, future: asyncio.Future):
+        self.request, self.need, self.progress, self.future = request, need, 0.0, future
+
+
+class CostModelEngine:
+    """``slots`` decode slots; one decode step of ``step_s`` gives every active request one
+    token. Event-driven in real time: it sleeps until the next completion or arrival."""
+
+    def __init__(self, slots: int, step_s: float, length_fn: Callable[[GenerationRequest], int], filler_id: int, eot_id: int):
+        self.slots, self.step_s, self.length_fn = slots, step_s, length_fn
+        self.filler_id, self.eot_id = filler_id, eot_id
+        self.active: dict[str, _Req] = {}
+        self.waiting: deque[_Req] = deque()
+        self.tokens = 0
+        self._wake: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+        self._t_last = 0.0
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._t_last = time.monotonic()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        need = min(self.length_fn(request), request.max_new_tokens)
+        fut = asyncio.get_running_loop().create_future()
+        self._advance()
+        self.waiting.append(_Req(request, need, fut))
+        self._wake.set()
+        return await fut
+
+    async def abort(self, request_ids: list[str]) -> None:
+        self._advance()
+        ids = set(request_ids)
+        for rid in list(self.active):
+            if rid in ids:
+                self._finish(self.active.pop(rid), "abort")
+        for r in [r for r in self.waiting if r.request.request_id in ids]:
+            self.waiting.remove(r)
+            self._finish(r, "abort")
+        self._wake.set()
+
+    def _finish(self, r: _Req, reason: str) -> None:
+        n = r.need if reason == "stop" else int(r.progress)
+        ids = [self.filler_id] * max(n - 1, 0) + ([self.eot_id] if reason == "stop" else [self.filler_id] * min(n, 1))
+        self.tokens += len(ids)
+        if not r.future.done():
+            r.future.set_result(GenerationResult(r.request.request_id, ids, [-1.0] * len(ids), reason))
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        steps = (now - self._t_last) / self.step_s
+        self._t_last = now
+        for rid, r in list(self.active.items()):
+            r.progress += steps
+            if r.progress >= r.need - 1e-9:
+                del self.active[rid]
+                self._finish(r, "stop")
+        while self.waiting and len(self.active) < self.slots:
+            r = self.waiting.popleft()
+            self.active[r.request.request_id] = r
+
+    async def _run(self) -> None:
+        while True:
+            self._advance()
+            if not self.active:
+                self._wake.clear()
+                await self._wake.wait()
+                self._t_last = time.monotonic()
+                continue
+            left = min(r.need - r.progress for r in self.active.values()) * self.step_s
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(left, 0.0))
+            except asyncio.TimeoutError:
+                pass
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+class ClampedLengths:
+    """Real engine wrapper: each request decodes exactly its drawn length (or stops earlier)."""
+
+    def __init__(self, inner: Any, length_fn: Callable[[GenerationRequest], int]):
+        self.inner, self.length_fn = inner, length_fn
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        request.max_new_tokens = min(request.max_new_tokens, self.length_fn(request))
+        return await self.inner.generate(request)
+
+    async def abort(self, request_ids: list[str]) -> None:
+        await self.inner.abort(request_ids)
+
+
+# ---------------------------------------------------------------- running one mode
+async def run_mode(tok, client, mode: str, ratio: float, batch: int, steps: int, group_size: int,
+                   max_turns: int, env_step_s: float, max_new_tokens: int, train_s: float) -> dict:
+    env_cfg = {"lt": EnvConfig(env_id=ENV_ID, max_turns=max_turns, env_kwargs={"max_turns": max_turns, "step_s": env_step_s},
+                               step_timeout_s=60.0)}
+    mcfg = EnvManagerConfig(group_size=group_size, max_concurrent_episodes=4 * batch, max_context_tokens=1_000_000)
+    rcfg = RolloutConfig(mode=mode, async_generation_ratio=ratio, get_batch_timeout_s=600.0)
+    worker = EnvironmentWorker(env_cfg, mcfg, GeneratingArgs(max_new_tokens=max_new_tokens), tok, [client],
+                               max_inflight_per_worker=10_000)
+    sched = RolloutScheduler(env_cfg, mcfg, rcfg, [worker], pad_token_id=tok.pad_token_id, seed=11)
+    await sched.prepare(batch)  # env construction is not what this bench measures
+    rollout_s, step_s, outs = [], [], []
+    t_start = time.monotonic()
+    for step in range(steps):
+        t0 = time.monotonic()
+        out = await sched.get_batch(batch)
+        rollout_s.append(time.monotonic() - t0)
+        outs.append(out)
+        await asyncio.sleep(train_s)  # training (rollouts continue in the background at ratio > 0)
+        await sched.suspend()
+        await sched.set_policy_version(step + 1)
+        await sched.resume()
+        step_s.append(time.monotonic() - t0)
+    total = time.monotonic() - t_start
+    await sched.shutdown()
+    return {"rollout_s": rollout_s, "step_s": step_s, "total_s": total, "outs": outs}
+
+
+def lower_bound(out, slots: int, step_s: float) -> float:
+    tokens = [t.metrics["response_tokens"] for t in out.trajectories]
+    chains = [t.metrics["response_tokens"] * step_s + t.metrics["time/env_s"] for t in out.trajectories]
+    return max(sum(tokens) * step_s / slots, max(chains))
+
+
+# ---------------------------------------------------------------- main
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small run (< 60 s), same comparison")
+    ap.add_argument("--no-hf", action="store_true", help="skip the real-engine (HF tiny model) comparison")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    q = args.quick
+    # The same workload in both; --quick runs fewer batches on a faster (simulated) engine.
+    p = dict(batch=128, steps=1 if q else 3, group_size=4, max_turns=16, slots=32, step_ms=0.5 if q else 1.0,
+             median=32, sigma=1.5, cap=1024, env_step_s=0.001)
+    if "rollbench/LongTail-v0" not in gymnasium.registry:
+        gymnasium.register(id=ENV_ID, entry_point=LongTailEnv, disable_env_checker=True)
+    from transformers import AutoTokenizer
+
+    from roll.models.tiny import tiny_model_path
+
+    model_dir = tiny_model_path("tiny")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    filler = tok.encode(" x", add_special_tokens=False)[0]
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    step_s = p["step_ms"] / 1000.0
+    length_fn = lambda r: turn_tokens(r.seed or 0, p["median"], p["cap"], p["sigma"])  # noqa: E731
+    t_bench = time.monotonic()
+
+    results: dict[str, dict] = {}
+    for name, mode, ratio in (("lockstep", "sync", 0.0), ("per-sample", "async", 0.0), ("async-1", "async", 1.0)):
+        engine = CostModelEngine(p["slots"], step_s, length_fn, filler, eot)
+
+        async def go():
+            try:
+                # training time ~ a per-sample rollout, so async overlap has room to pay off
+                return await run_mode(tok, engine, mode, ratio, p["batch"], p["steps"], p["group_size"],
+                                      p["max_turns"], p["env_step_s"], p["cap"], train_s=train_s)
+            finally:
+                await engine.close()
+
+        train_s = results["per-sample"]["rollout_mean"] if "per-sample" in results else 0.0
+        r = asyncio.run(go())
+        r["rollout_mean"] = statistics.mean(r["rollout_s"])
+        r["step_mean"] = statistics.mean(r["step_s"])
+        r["tokens"] = engine.tokens
+        r["bounds"] = [lower_bound(o, p["slots"], step_s) for o in r["outs"]]
+        r["bound_ratio"] = statistics.mean(w / b for w, b in zip(r["rollout_s"], r["bounds"]))
+        results[name] = r
+        print(f"[cost model] {name:10s} rollout {r['rollout_mean']:.3f} s/batch  step {r['step_mean']:.3f} s  "
+              f"bound {statistics.mean(r['bounds']):.3f} s  wall/bound {r['bound_ratio']:.3f}", flush=True)
+    # lockstep and per-sample ran with train_s = 0 and the same episodes; async-1 with training
+    lock, per, asy = results["lockstep"], results["per-sample"], results["async-1"]
+    speedup = lock["rollout_mean"] / per["rollout_mean"]
+    train_s = per["rollout_mean"]
+    lock_step = lock["rollout_mean"] + train_s  # lockstep with the same training time, serial
+    speedup_async = lock_step / asy["step_mean"]
+    bound_ratio = per["bound_ratio"]
+
+    hf = None
+    if not args.no_hf:
+        hf = run_hf(model_dir, tok, q)
+    elapsed = time.monotonic() - t_bench
+    if not args.no_docs:
+        write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, elapsed, q)
+    hf_part = f" hf_speedup={hf['speedup']:.2f}" if hf else ""
+    print(f"RESULT speedup={speedup:.2f} bound_ratio={bound_ratio:.3f} speedup_async={speedup_async:.2f}"
+          f" lockstep_s={lock['rollout_mean']:.3f} per_sample_s={per['rollout_mean']:.3f}{hf_part}")
+    return 0
+
+
+def run_hf(model_dir: str, tok, quick: bool) -> Optional[dict]:
+    try:
+        from roll.strategies.hf_infer import HFInferStrategy
+    except ImportError as e:
+        print(f"[hf] skipped: {e}")
+        return None
+    from roll.config.roles import WorkerConfig
+
+    batch, max_turns, median, cap = (8, 4, 6, 24) if quick else (16, 6, 8, 48)
+    length_fn = lambda r: turn_tokens(r.seed or 0, median, cap, 1.0)  # noqa: E731
+    out: dict[str, float] = {}
+    for name, mode in (("lockstep", "sync"), ("per-sample", "async")):
+        strategy = HFInferStrategy(WorkerConfig(), model_dir, seed=0)
+        client = ClampedLengths(strategy, length_fn)
+
+        async def go():
+            try:
+                return await run_mode(tok, client, mode, 0.0, batch, 1, 2, max_turns, 0.001, cap, train_s=0.0)
+            finally:
+                await strategy.stop()
+
+        r = asyncio.run(go())
+        out[name] = r["rollout_s"][0]
+        out[name + "_tokens"] = sum(t.metrics["response_tokens"] for t in r["outs"][0].trajectories)
+        print(f"[hf tiny]    {name:10s} rollout {out[name]:.3f} s  ({out[name + '_tokens']:.0f} tokens)", flush=True)
+    out["speedup"] = out["lockstep"] / out["per-sample"]
+    out["batch"], out["max_turns"], out["cap"] = batch, max_turns, cap
+    return out
+
+
+def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, elapsed, quick) -> None:
+    lock, per, asy = results["lockstep"], results["per-sample"], results["async-1"]
+    lines = [
+        "## Rollout",
+        "",
+        f"`python bench/rollout.py{' --quick' if quick else ''}` ({elapsed:.0f} s, one run, {platform.machine()}, "
+        f"Python {platform.python_version()}; 2 CPU cores shared with other work). All modes run the real "
+        "RolloutScheduler / EnvironmentWorker / EnvManager / Router code in one process on the same episodes.",
+        "",
+        f"Workload: {p['batch']} episodes per batch in groups of {p['group_size']}, {p['steps']} batches per mode; turns per "
+        f"episode 1 + 2 x floor(Pareto(1) - 1) capped at {p['max_turns']}; tokens per turn log-normal (median {p['median']}, "
+        f"sigma {p['sigma']}) "
+        f"capped at {p['cap']}; env step 1 ms.",
+        "",
+        f"### (a) cost-model engine: {p['slots']} decode slots, {p['step_ms']} ms per decode step",
+        "",
+        "| mode | rollout s/batch | step s (rollout + training) | lower bound s/batch | wall / bound |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in (("sync lockstep", lock), ("per-sample (async, ratio 0)", per), ("async, ratio 1", asy)):
+        step = r["step_mean"] if r is asy else r["rollout_mean"] + train_s
+        lines.append(f"| {name} | {r['rollout_mean']:.3f} | {step:.3f} | {statistics.mean(r['bounds']):.3f} | {r['bound_ratio']:.3f} |")
+    lines += [
+        "",
+        f"- per-sample over lockstep: **{speedup:.2f}x** (target >= 2.5x); per-sample wall time / lower bound: "
+        f"**{bound_ratio:.3f}** (target <= 1.15).",
+        f"- async ratio 1 over lockstep per pipeline step with {train_s:.3f} s of (simulated) training per step: "
+        f"**{speedup_async:.2f}x**. The async row's bound ratio compares a get_batch call with a full batch bound; "
+        "part of its batch was produced during the previous step's training, so it can be below 1.",
+        "- lower bound = max(total decode tokens / slots x step time, longest episode's tokens x step time + its env time).",
+    ]
+    if hf:
+        lines += [
+            "",
+            f"### (b) real engine: HF strategy on the tiny model (CPU)",
+            "",
+            f"{hf['batch']} episodes, groups of 2, turns capped at {hf['max_turns']}, tokens per turn log-normal capped at {hf['cap']}"
+            " (each request decodes exactly its drawn length).",
+            "",
+            "| mode | rollout s | tokens |",
+            "|---|---|---|",
+            f"| sync lockstep | {hf['lockstep']:.2f} | {hf['lockstep_tokens']:.0f} |",
+            f"| per-sample | {hf['per-sample']:.2f} | {hf['per-sample_tokens']:.0f} |",
+            "",
+            f"Per-sample over lockstep: **{hf['speedup']:.2f}x**. The HF engine batches concurrent requests, but a "
+            "decode step's cost grows with the batch on CPU, so idle slots cost less than on a GPU engine and the "
+            "gain is smaller than the cost model's.",
+        ]
+    section = "\n".join(lines) + "\n"
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"^## Rollout\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda m: section + "\n", text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    DOCS.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
