@@ -83,7 +83,7 @@ class ClusterFuture:
 
     def get(self, timeout: Optional[float] = None) -> Any:
         import ray
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+        from ray.exceptions import RayTaskError
 
         timeout = self.timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -99,18 +99,46 @@ class ClusterFuture:
             for ref in ready:
                 rank = pending.pop(ref)
                 try:
-                    results[rank] = ray.get(ref, timeout=0)
-                except (RayActorError, ActorDiedError, ActorUnavailableError) as e:
-                    self.cluster._mark_broken([rank], died=True)
-                    raise WorkerDiedError(role, [rank], f"actor died during {self.method}: {type(e).__name__}") from e
-                except GetTimeoutError:  # ready but not fetchable yet: try again next round
-                    pending[ref] = rank
+                    results[rank] = self._fetch(ref, rank)
+                except RayTaskError:
+                    if self.cluster.collective and pending:
+                        self._settle_collective(pending, deadline)
+                    raise
         ordered = [results[r] for r in self.ranks]
         if self.mode == "rank0":
             return ordered[0]
         if self.mode == "dp":
             return gather(ordered)
         return ordered
+
+    def _fetch(self, ref: Any, rank: int) -> Any:
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        try:
+            return ray.get(ref)
+        except (RayActorError, ActorDiedError, ActorUnavailableError) as e:
+            self.cluster._mark_broken([rank], died=True)
+            raise WorkerDiedError(self.cluster.role, [rank], f"actor died during {self.method}: {type(e).__name__}") from e
+
+    def _settle_collective(self, pending: dict, deadline: float, grace_s: float = 10.0) -> None:
+        """One rank of a collective group raised: usually because a peer died under it (gloo
+        "connection closed"). Name the dead peer if there is one; ranks still blocked after a
+        grace period are marked broken so that the next call restarts the group."""
+        import ray
+        from ray.exceptions import RayTaskError
+
+        wait_until = min(deadline, time.monotonic() + grace_s)
+        while pending and time.monotonic() < wait_until:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, wait_until - time.monotonic()))
+            for ref in ready:
+                rank = pending.pop(ref)
+                try:
+                    self._fetch(ref, rank)
+                except RayTaskError:
+                    pass  # another collateral failure; the first error is the one raised
+        if pending:
+            self.cluster._mark_broken(sorted(pending.values()), died=False)
 
 
 class Cluster:
