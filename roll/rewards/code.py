@@ -379,11 +379,20 @@ def _error_detail(r: ExecutionResult, status: str, timeout_s: float) -> str:
     if status == "timeout":
         return f"time limit exceeded ({timeout_s:g} s)"
     if status == "memory":
-        return "memory limit exceeded\n" + _clip(r.stderr[-400:], 400)
+        return "memory limit exceeded\n" + _stderr_summary(r.stderr, 400)
     if status == "output_limit":
         return "the program printed more output than allowed"
     code = f"exit code {r.exit_code}" if r.signal is None else f"killed by signal {r.signal}"
-    return f"{code}\n{_clip(r.stderr[-600:], 600)}".rstrip()
+    return f"{code}\n{_stderr_summary(r.stderr, 600)}".rstrip()
+
+
+def _stderr_summary(stderr: str, n: int) -> str:
+    """The end of the traceback and the start of its last line (the exception and message)."""
+    lines = stderr.rstrip().splitlines()
+    if not lines:
+        return ""
+    before = "\n".join(lines[:-1])[-(n // 2):]
+    return (before + "\n" if before else "") + _clip(lines[-1], n // 2)
 
 
 _PY_VERSION_LOCK = threading.Lock()
