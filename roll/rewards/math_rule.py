@@ -15,6 +15,7 @@ equality with ``math-verify`` (LaTeX and plain expressions; ``\\frac{1}{2}``, ``
 """
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import re
@@ -165,6 +166,48 @@ def answers_equal(gold: str, pred: str, rel_tol: float = 1e-6, abs_tol: float = 
     return _symbolic_equal(g, p)
 
 
+def _eval_arith(node: ast.AST, used: list[int]) -> Fraction:
+    """Exact value of an expression of integer literals and + - * / (anything else: ValueError)."""
+    if isinstance(node, ast.Expression):
+        return _eval_arith(node.body, used)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        used.append(node.value)
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval_arith(node.operand, used)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+        a, b = _eval_arith(node.left, used), _eval_arith(node.right, used)
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        if b == 0:
+            raise ValueError("division by zero")
+        return a / b
+    raise ValueError(f"not allowed in a countdown expression: {type(node).__name__}")
+
+
+def countdown_correct(expression: str, numbers: list[int], target: float) -> bool:
+    """The expression uses only ``numbers`` (each at most once) and equals ``target``."""
+    expr = expression.replace("\\times", "*").replace("\\cdot", "*").replace("\\div", "/").replace("\u00d7", "*")
+    expr = re.sub(r"=\s*-?[\d.]+\s*$", "", expr.strip().strip("$"))  # "2*3+1 = 7" -> "2*3+1"
+    if len(expr) > _MAX_ANSWER_CHARS:
+        return False
+    try:
+        used: list[int] = []
+        value = _eval_arith(ast.parse(expr, mode="eval"), used)
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    pool = list(numbers)
+    for n in used:
+        if n not in pool:
+            return False
+        pool.remove(n)
+    return math.isclose(float(value), float(target), abs_tol=1e-9)
+
+
 @REWARDS.register("math_rule")
 def math_rule_reward(sample: dict, **fields: Any) -> RewardOutput:
     """Score 1 when the response's final answer equals ``ground_truth`` (else ``wrong_score``).
@@ -172,7 +215,9 @@ def math_rule_reward(sample: dict, **fields: Any) -> RewardOutput:
     Fields (keyword arguments or keys on the sample): ``ground_truth`` (or ``answer``),
     ``rel_tol`` / ``abs_tol`` (numeric tolerance), ``allow_last_number`` (fall back to the last
     number in the text), ``symbolic`` (math-verify / sympy equivalence), ``format_score``
-    (score of a wrong answer that was at least extractable, default 0). Components:
+    (score of a wrong answer that was at least extractable, default 0), ``countdown_numbers``
+    (countdown: the final answer must be an expression using only these numbers, each at most
+    once, that equals the ground truth). Components:
     correct, extracted. Raises ValueError when the sample has no ground truth.
     """
     merged = {**sample, **fields}
@@ -180,6 +225,12 @@ def math_rule_reward(sample: dict, **fields: Any) -> RewardOutput:
     if gold is None or str(gold).strip() == "":
         raise ValueError("math_rule needs a 'ground_truth' (or 'answer') field")
     response = merged.get("response", "")
+    numbers = merged.get("countdown_numbers")
+    if numbers:  # countdown: the answer is an expression over the given numbers
+        pred, how = extract_answer(response, allow_last_number=False)
+        correct = pred is not None and countdown_correct(pred, [int(n) for n in numbers], float(gold))
+        return RewardOutput(float(correct), correct, {"correct": float(correct), "extracted": float(pred is not None)},
+                            {"extracted": pred, "extraction": how, "ground_truth": str(gold)})
     pred, how = extract_answer(response, bool(merged.get("allow_last_number", True)))
     correct = pred is not None and answers_equal(str(gold), pred, float(merged.get("rel_tol", 1e-6)),
                                                  float(merged.get("abs_tol", 1e-9)), bool(merged.get("symbolic", True)))

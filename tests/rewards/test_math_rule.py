@@ -79,3 +79,13 @@ def test_missing_ground_truth_raises():
 
 def test_registered():
     assert REWARDS.get("math_rule") is math_rule_reward
+
+
+def test_countdown_checks_the_expression():
+    sample = {"ground_truth": "24", "countdown_numbers": [3, 8, 2]}
+    good = ["\\boxed{3 * 8}", "\\boxed{(2 + 8 - 2) * 3}", "The answer is 3 \\times 8 = 24"]
+    assert math_rule_reward({**sample, "response": good[0]}).score == 1.0
+    assert math_rule_reward({**sample, "response": good[2]}).score == 1.0
+    # 2 used twice, a number not given, the bare target, code instead of arithmetic, wrong value
+    for bad in (good[1], "\\boxed{4 * 6}", "\\boxed{24}", "\\boxed{__import__('os')}", "\\boxed{3 + 8 + 2}", "\\boxed{8 / 0}"):
+        assert math_rule_reward({**sample, "response": bad}).score == 0.0, bad
