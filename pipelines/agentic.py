@@ -10,6 +10,7 @@ No algorithm maths lives here: advantages come from `roll.algorithms.compute_adv
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,7 +32,6 @@ from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.distributed.cluster import Cluster
 from roll.distributed.model_update import ModelUpdateGroup
-from roll.distributed.resource_pool import ResourcePool, validate_plan
 from roll.rollout.scheduler import RolloutBatch
 from roll.rollout.service import ThreadedScheduler, build_rollout_scheduler
 from roll.utils.logging import get_logger
@@ -41,7 +41,7 @@ from roll.workers.critic import CriticWorker
 from roll.workers.inference import InferenceWorker
 from roll.workers.reference import ReferenceWorker
 
-from roll.pipelines.base import BasePipeline, init_ray
+from roll.pipelines.base import BasePipeline
 
 logger = get_logger("roll.pipelines.agentic")
 
@@ -59,30 +59,28 @@ class AgenticPipeline(BasePipeline):
         self.model_path = resolve_model(cfg.pretrain)
         self.version = 0
         self.train_scheduler: Optional[ThreadedScheduler] = None
-        self.val_scheduler: Optional[ThreadedScheduler] = None
+        self.val_schedulers: dict[str, ThreadedScheduler] = {}
 
     # ================================================================ setup
     def setup(self) -> None:
         cfg = self.cfg
-        init_ray(cfg)
-        validate_plan(cfg)
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.pool = ResourcePool.from_config(cfg)
-        common = dict(model_path=self.model_path, seed=cfg.seed)
+        self.make_pool()
         steps = self.optimizer_steps_per_step()
-        self.actor_train = Cluster("actor_train", ActorWorker, cfg.actor_train, self.pool,
-                                   worker_kwargs=dict(common, num_training_steps=steps["actor"] * cfg.max_steps))
-        self.actor_infer = Cluster("actor_infer", InferenceWorker, cfg.actor_infer, self.pool, worker_kwargs=common)
-        self.reference = (Cluster("reference", ReferenceWorker, cfg.reference, self.pool, worker_kwargs=common)
+        self.actor_train = self.make_cluster("actor_train", ActorWorker, cfg.actor_train,
+                                             num_training_steps=steps["actor"] * cfg.max_steps)
+        self.actor_infer = self.make_cluster("actor_infer", InferenceWorker, cfg.actor_infer)
+        self.reference = (self.make_cluster("reference", ReferenceWorker, cfg.reference)
                           if cfg.reference is not None else None)
-        self.critic = (Cluster("critic", CriticWorker, cfg.critic, self.pool,
-                               worker_kwargs=dict(common, num_training_steps=steps["critic"] * cfg.max_steps))
+        self.critic = (self.make_cluster("critic", CriticWorker, cfg.critic, num_training_steps=steps["critic"] * cfg.max_steps)
                        if cfg.critic is not None else None)
         self.model_update = ModelUpdateGroup(self.actor_train, [self.actor_infer], cfg.model_update_buffer_size_mb)
         self.train_scheduler = self._make_scheduler(validation=False)
-        self.val_scheduler = self._make_scheduler(validation=True) if cfg.val_env_manager is not None else None
+        if cfg.val_env_manager is not None:
+            self.val_schedulers = {mode: self._make_scheduler(validation=True, greedy=mode == "greedy")
+                                   for mode in dict.fromkeys(cfg.val_decoding)}
 
     def optimizer_steps_per_step(self) -> dict[str, int]:
         """Optimizer steps each training role takes per pipeline step (for LR schedules)."""
@@ -105,10 +103,14 @@ class AgenticPipeline(BasePipeline):
             return max(1, len(parse_device_mapping(role.device_mapping)) // max(1, role.num_gpus_per_worker))
         return int(role.world_size or 1)
 
-    def _make_scheduler(self, validation: bool) -> ThreadedScheduler:
+    def _make_scheduler(self, validation: bool, greedy: bool = False) -> ThreadedScheduler:
+        cfg = self.cfg
+        if greedy:
+            gen = dataclasses.replace(cfg.actor_infer.generating_args, do_sample=False)
+            cfg = dataclasses.replace(cfg, actor_infer=dataclasses.replace(cfg.actor_infer, generating_args=gen))
         return ThreadedScheduler(lambda: build_rollout_scheduler(
-            self.cfg, self.actor_infer.workers, self.model_path, validation=validation,
-            use_ray=self.cfg.train_env_manager.num_env_workers > 0))
+            cfg, self.actor_infer.workers, self.model_path, validation=validation,
+            use_ray=cfg.train_env_manager.num_env_workers > 0))
 
     # ================================================================ one step
     def train_step(self, step: int) -> dict[str, float]:
@@ -138,8 +140,8 @@ class AgenticPipeline(BasePipeline):
         with self.timer("model_update"), self.train_scheduler.weight_update(version=step):
             out = self.model_update.update(version=step)
         self.version = step
-        if self.val_scheduler is not None:
-            self.val_scheduler.set_policy_version(step)
+        for sched in self.val_schedulers.values():
+            sched.set_policy_version(step)
         return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
 
     def collect_rollouts(self, step: int) -> RolloutBatch:
@@ -241,11 +243,15 @@ class AgenticPipeline(BasePipeline):
 
     # ================================================================ validation
     def validate(self, step: int) -> dict[str, float]:
-        if self.val_scheduler is None:
-            return {}
-        self.sync_weights(step)
-        rollout = self.val_scheduler.get_batch(self.cfg.val_batch_size)
-        return {f"val/{k}": v for k, v in rollout.metrics.items()}
+        """Held-out episodes under the current weights: ``val/`` (sampled) and ``val_greedy/``."""
+        metrics: dict[str, float] = {}
+        if self.val_schedulers:
+            self.sync_weights(step)
+        for mode, sched in self.val_schedulers.items():
+            rollout = sched.get_batch(self.cfg.val_batch_size)
+            prefix = "val" if mode == "sampled" else f"val_{mode}"
+            metrics.update({f"{prefix}/{k}": v for k, v in rollout.metrics.items()})
+        return metrics
 
     # ================================================================ checkpoint
     def save_state(self, ckpt_dir: Path) -> dict[str, Any]:
@@ -265,12 +271,14 @@ class AgenticPipeline(BasePipeline):
         # the first step after resume syncs the restored ones.
 
     def shutdown(self) -> None:
-        for sched in (getattr(self, "train_scheduler", None), getattr(self, "val_scheduler", None)):
+        for sched in (self.train_scheduler, *self.val_schedulers.values()):
             if sched is not None:
                 try:
                     sched.close()
                 except Exception as e:  # closing must not hide the run's own error
                     logger.warning("rollout scheduler shutdown failed: %s", e)
+                self.actors.extend(h for h in sched.scheduler.hosts if hasattr(h, "_actor_id"))
+        super().shutdown()
 
     def status_line(self, metrics: dict[str, float]) -> str:
         keys = [k for k in metrics if k.startswith("env/") and k.endswith("/success")]

@@ -93,6 +93,27 @@ class BasePipeline:
         self.resume_from: Optional[Path] = self._find_resume_checkpoint()
         self.tracker = None
         self.timings: dict[str, float] = {}
+        self.pool = None
+        self.clusters: list[Any] = []
+        self.actors: list[Any] = []  # other Ray actors to kill at shutdown (env workers, ...)
+
+    def make_pool(self) -> None:
+        """Validate the placement plan (every problem listed) and reserve the pool on Ray."""
+        from roll.distributed.resource_pool import ResourcePool, validate_plan
+
+        init_ray(self.cfg)
+        validate_plan(self.cfg)
+        self.pool = ResourcePool.from_config(self.cfg)
+
+    def make_cluster(self, role: str, worker_cls: type, worker_cfg: Any, **worker_kwargs: Any) -> Any:
+        """A Cluster of ``role`` placed by the pool; shut down with the pipeline."""
+        from roll.distributed.cluster import Cluster
+
+        kwargs = dict(model_path=getattr(self, "model_path", None), seed=self.cfg.seed)
+        kwargs.update(worker_kwargs)
+        cluster = Cluster(role, worker_cls, worker_cfg, self.pool, worker_kwargs=kwargs)
+        self.clusters.append(cluster)
+        return cluster
 
     # ---- hooks ------------------------------------------------------------------------
     def setup(self) -> None:
@@ -130,7 +151,24 @@ class BasePipeline:
         logger.info("final model (Hugging Face format): %s", final)
 
     def shutdown(self) -> None:
-        pass
+        """Kill this run's actors and free its placement groups (a run inside a longer-lived
+        Ray cluster, e.g. a test session or `ray.address: auto`, leaves nothing behind)."""
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception as e:  # an actor that already died is fine; anything else is logged
+                logger.warning("could not kill actor %s: %s", actor, e)
+        for cluster in self.clusters:
+            try:
+                cluster.shutdown()
+            except Exception as e:
+                logger.warning("could not shut down cluster %s: %s", cluster.role, e)
+        if self.pool is not None:
+            self.pool.shutdown()
 
     # ---- machinery ----------------------------------------------------------------------
     @contextmanager

@@ -17,13 +17,11 @@ from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.data.chat import ChatTemplateError, tokenize_conversation
-from roll.distributed.cluster import Cluster
-from roll.distributed.resource_pool import ResourcePool, validate_plan
 from roll.utils.logging import get_logger
 from roll.workers.actor import ActorWorker
 from roll.workers.base import resolve_model
 
-from roll.pipelines.base import BasePipeline, init_ray
+from roll.pipelines.base import BasePipeline
 
 logger = get_logger("roll.pipelines.sft")
 
@@ -82,11 +80,8 @@ class SFTPipeline(BasePipeline):
         if not self.train:
             raise ConfigError(["data.train_files: no usable conversation (all too long or without assistant turns)"])
         self.order = self._permutation(0)
-        init_ray(cfg)
-        validate_plan(cfg)
-        self.pool = ResourcePool.from_config(cfg)
-        self.actor_train = Cluster("actor_train", ActorWorker, cfg.actor_train, self.pool,
-                                   worker_kwargs=dict(model_path=self.model_path, seed=cfg.seed, num_training_steps=cfg.max_steps))
+        self.make_pool()
+        self.actor_train = self.make_cluster("actor_train", ActorWorker, cfg.actor_train, num_training_steps=cfg.max_steps)
 
     def _tokenize(self, conversations: list[list[dict]], split: str) -> list[tuple[list[int], list[int]]]:
         out, too_long, no_loss = [], 0, 0

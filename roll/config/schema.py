@@ -77,6 +77,14 @@ class RewardConfig:
     """A sample whose reward takes longer is marked failed and counted."""
     judge: Optional[WorkerConfig] = None
     """For llm_judge: the judge model's inference role."""
+    max_concurrency: int = 8
+    """Samples one reward worker scores at once (each in its own thread)."""
+    max_hung_calls: int = 4
+    """A reward worker holding this many timed-out calls that still run is restarted (its
+    hung threads cannot be stopped otherwise)."""
+    drop_uniform_groups: bool = False
+    """Dynamic sampling (RLVR): drop prompt groups of this domain whose rewards are all equal
+    (no signal for group baselines) and draw more prompts, up to data.max_sampling_rounds."""
 
 
 @dataclass
@@ -99,6 +107,11 @@ class DataConfig:
     """Field holding the domain tag."""
     num_epochs: int = 1
     """Passes over the data (SFT)."""
+    max_sampling_rounds: int = 3
+    """Dynamic sampling (RLVR): rounds of prompt draws per step to refill groups that query
+    filters dropped; after that the step trains on the groups it has (counted)."""
+    val_temperature: float = 0.0
+    """Sampling temperature of validation responses (0: greedy)."""
     max_seq_length: int = 1024
     """SFT: conversations longer than this (tokens) are dropped and counted."""
     shuffle: bool = True
@@ -141,6 +154,9 @@ class PipelineConfig:
     """Deterministic torch algorithms (for resume and invariance tests)."""
     show_progress: bool = True
     """Rich progress bars."""
+    val_decoding: list[Literal["sampled", "greedy"]] = field(default_factory=lambda: ["sampled"])
+    """Validation rounds per eval: sampled (the training generating_args; metrics under val/)
+    and/or greedy (same, with do_sample false; metrics under val_greedy/)."""
     imports: list[str] = field(default_factory=list)
     """Python modules imported before the run, e.g. one that registers your own Gym env or reward."""
     ray: RayConfig = field(default_factory=RayConfig)
