@@ -96,11 +96,13 @@ def export_jsonl(path: str, difficulty: Optional[str] = None) -> int:
     return len(problems)
 
 
-if __name__ == "__main__":
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m roll.envs.code.problems OUT.jsonl [--difficulty D]`."""
     import argparse
 
     ap = argparse.ArgumentParser(description="Export the coding problems as RLVR jsonl samples")
     ap.add_argument("path")
     ap.add_argument("--difficulty", choices=DIFFICULTIES)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     print(f"wrote {export_jsonl(a.path, a.difficulty)} problems to {a.path}")
+    return 0

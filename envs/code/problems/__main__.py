@@ -1,0 +1,5 @@
+import sys
+
+from roll.envs.code.problems import main
+
+sys.exit(main())
