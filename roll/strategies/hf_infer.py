@@ -145,9 +145,12 @@ class HFInferStrategy:
         return ids
 
     async def start(self) -> None:
-        if self._resume is None:
+        loop = asyncio.get_running_loop()
+        if getattr(self, "_event_loop", None) is not loop:  # first start, or a new event loop (tests)
+            self._event_loop = loop
             self._resume = asyncio.Event()
             self._resume.set()
+            self._loop_task = None
         if self._loop_task is None or self._loop_task.done():
             self._queue = asyncio.Queue()
             self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())

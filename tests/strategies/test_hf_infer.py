@@ -1,0 +1,120 @@
+"""HFInferStrategy on the tiny model, in-process (no Ray)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from roll.config.roles import StrategyArgs, WorkerConfig
+from roll.data.batch import Batch
+from roll.strategies.base import GenerationRequest, InferenceStrategy
+from roll.strategies.hf_infer import HFInferStrategy, filter_logits
+
+
+@pytest.fixture(scope="module")
+def strategy(tiny_model_dir):
+    return HFInferStrategy(WorkerConfig(model_name_or_path=tiny_model_dir))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def req(rid, prompt=(5, 6, 7), **kw):
+    kw.setdefault("max_new_tokens", 8)
+    return GenerationRequest(rid, list(prompt), **kw)
+
+
+def test_implements_protocol(strategy):
+    assert isinstance(strategy, InferenceStrategy)
+
+
+def test_seeded_request_is_independent_of_batching(strategy):
+    async def go():
+        alone = await strategy.generate(req("a", seed=11, meta={"ignore_eos": True}))
+        n0 = strategy.num_batches
+        # same request among others with different prompts and sampling parameters: one batch
+        crowd = await asyncio.gather(
+            strategy.generate(req("b", seed=11, meta={"ignore_eos": True})),
+            *[strategy.generate(req(f"o{i}", prompt=[9] * (i + 2), seed=i, temperature=0.5 + 0.2 * i, top_k=3 * i, top_p=0.8))
+              for i in range(4)])
+        return alone, crowd, strategy.num_batches - n0
+
+    alone, crowd, n_batches = run(go())
+    assert n_batches == 1  # concurrent requests were decoded as one batch
+    assert crowd[0].output_ids == alone.output_ids and len(alone.output_ids) == 8
+    assert alone.finish_reason == "length"
+    assert torch.allclose(torch.tensor(crowd[0].logprobs), torch.tensor(alone.logprobs), atol=1e-4)
+    assert run(strategy.generate(req("c", seed=12, meta={"ignore_eos": True}))).output_ids != alone.output_ids
+
+
+def test_logprobs_match_a_full_forward(strategy):
+    res = run(strategy.generate(req("lp", seed=3, meta={"ignore_eos": True})))
+    ids = torch.tensor([[5, 6, 7] + res.output_ids])
+    scored = strategy.logprobs(Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}))
+    # temperature 1, no truncation: the sampling distribution is the model's own
+    assert torch.allclose(scored[0, 3:], torch.tensor(res.logprobs), atol=1e-5)
+
+
+def test_filter_logits_top_k_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.5, 0.3, 0.15, 0.05]]))
+    out = filter_logits(logits, torch.tensor([1.0, 1.0]), torch.tensor([2, -1]), torch.tensor([1.0, 0.7]))
+    assert torch.isinf(out[0, 2:]).all() and torch.isfinite(out[0, :2]).all()  # top-2
+    assert torch.isfinite(out[1, :2]).all() and torch.isinf(out[1, 2:]).all()  # 0.5 + 0.3 reaches 0.7
+    p = out.softmax(-1)
+    assert torch.allclose(p[0, :2], torch.tensor([0.625, 0.375]))
+
+
+def test_greedy_stop_tokens_and_strings(strategy):
+    greedy = run(strategy.generate(req("g", temperature=0.0, max_new_tokens=6, meta={"ignore_eos": True})))
+    again = run(strategy.generate(req("g2", temperature=0.0, max_new_tokens=6, meta={"ignore_eos": True})))
+    assert greedy.output_ids == again.output_ids
+    stop_tok = greedy.output_ids[2]
+    cut = run(strategy.generate(req("st", temperature=0.0, max_new_tokens=6, stop_token_ids=[stop_tok], meta={"ignore_eos": True})))
+    first = greedy.output_ids.index(stop_tok)
+    assert cut.output_ids == greedy.output_ids[:first + 1] and cut.finish_reason == "stop"
+    text = strategy.tokenizer.decode(greedy.output_ids[:3])
+    target = text[-1] if text.strip() else None
+    if target:
+        s = run(strategy.generate(req("ss", temperature=0.0, max_new_tokens=6, stop_strings=[target], meta={"ignore_eos": True})))
+        assert s.finish_reason == "stop" and target in strategy.tokenizer.decode(s.output_ids)
+        assert len(s.output_ids) <= 3
+
+
+def test_abort_returns_partial_output(strategy):
+    async def go():
+        task = asyncio.create_task(strategy.generate(req("long", max_new_tokens=2000, seed=0, meta={"ignore_eos": True})))
+        await asyncio.sleep(0.3)
+        await strategy.abort(["long"])
+        return await task
+
+    res = run(go())
+    assert res.finish_reason == "abort" and 0 < len(res.output_ids) < 2000 and len(res.logprobs) == len(res.output_ids)
+
+
+def test_bad_requests_fail_clearly(strategy):
+    with pytest.raises(ValueError, match="empty prompt"):
+        run(strategy.generate(req("e", prompt=[])))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        run(strategy.generate(req("v", prompt=[10 ** 7])))
+    assert run(strategy.generate(req("z", max_new_tokens=0))).finish_reason == "length"
+    with pytest.raises(ValueError, match="unknown strategy_config"):
+        HFInferStrategy(WorkerConfig(model_name_or_path="x", strategy_args=StrategyArgs("hf_infer", {"batch": 3})))
+
+
+def test_update_weights_version_and_shared_layout(tiny_model_dir):
+    s = HFInferStrategy(WorkerConfig(model_name_or_path=tiny_model_dir))
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    probe = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    before = s.logprobs(probe)
+    layout = s.shared_weight_layout()  # parameters now live in shared memory, values unchanged
+    assert torch.equal(s.logprobs(probe), before) and layout["nbytes"] > 0
+    name, p = next(iter(s.model.named_parameters()))
+    s.update_weights([(name, torch.zeros_like(p))], version=3, last_bucket=False)
+    assert s.policy_version() == 0  # visible only after the last bucket
+    s.update_weights([], version=3, last_bucket=True)
+    assert s.policy_version() == 3 and not torch.equal(s.logprobs(probe), before)
+    with pytest.raises(KeyError, match="not a parameter"):
+        s.update_weights([("nope.weight", torch.zeros(1))], 4)
+    s.close()

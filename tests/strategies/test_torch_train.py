@@ -1,0 +1,119 @@
+"""TorchTrainStrategy on the tiny model with a one-rank gloo group, in-process (no Ray).
+Two-rank DDP vs FSDP2 and weight sync run on Ray in tests/distributed/test_runtime.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from roll.algorithms.losses import make_actor_loss_fn, make_critic_loss_fn
+from roll.config.algorithm import AlgorithmConfig
+from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
+from roll.data.batch import Batch
+from roll.strategies.base import TrainingStrategy
+from roll.strategies.torch_train import TorchTrainStrategy, init_process_group
+from roll.workers.base import free_port
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group():
+    init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=60)
+    yield
+    dist.destroy_process_group()
+
+
+def make(model_dir, parallel="ddp", critic=False, **train_kw):
+    train_kw.setdefault("lr", 1e-3)
+    cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": parallel}),
+                       training_args=TrainingArgs(**train_kw), infer_batch_size=3)
+    s = TorchTrainStrategy(cfg, critic=critic, num_training_steps=10)
+    s.setup()
+    return s
+
+
+def batch(rows=4, width=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 3000, (rows, width), generator=g)
+    attn = torch.ones_like(ids)
+    attn[1, :4] = 0  # left padding
+    resp = torch.zeros_like(ids)
+    resp[:, 6:] = 1
+    resp[2, 6:9] = 0  # rows with different numbers of response tokens
+    return Batch({"input_ids": ids, "attention_mask": attn, "response_mask": resp, "advantages": torch.randn(rows, width, generator=g),
+                  "old_logprobs": torch.zeros(rows, width), "returns": torch.randn(rows, width, generator=g),
+                  "values": torch.zeros(rows, width)})
+
+
+ACTOR_LOSS = make_actor_loss_fn(AlgorithmConfig(policy_loss="pg"))
+
+
+def test_logprobs_alignment(tiny_model_dir):
+    s = make(tiny_model_dir)
+    assert isinstance(s, TrainingStrategy)
+    b = batch(rows=5)
+    lp = s.logprobs(b)  # 5 rows in micro-batches of 3
+    assert lp.shape == (5, 12) and torch.all(lp[:, 0] == 0)
+    model = s.hf_model
+    with torch.no_grad():
+        row = b["input_ids"][1:2, 4:]  # the left-padded row, unpadded
+        logits = model(input_ids=row).logits[0]
+        manual = logits[:-1].log_softmax(-1).gather(-1, row[0, 1:, None]).squeeze(-1)
+    assert torch.allclose(lp[1, 5:], manual, atol=1e-5)
+
+
+def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir):
+    # a large adam_eps makes the update linear in the gradient: Adam's first step is otherwise
+    # lr * sign(g), which amplifies float noise on near-zero gradients
+    whole = make(tiny_model_dir, per_device_train_batch_size=4, adam_eps=1.0)
+    micro = make(tiny_model_dir, per_device_train_batch_size=1, adam_eps=1.0)
+    b = batch()
+    m1 = whole.train_step(b, ACTOR_LOSS)
+    m2 = micro.train_step(b, ACTOR_LOSS)
+    assert abs(m1["loss"] - m2["loss"]) < 1e-6 and abs(m1["grad_norm"] - m2["grad_norm"]) < 1e-5
+    for (n, p1), (_, p2) in zip(whole.hf_model.named_parameters(), micro.hf_model.named_parameters()):
+        assert torch.allclose(p1, p2, atol=1e-6), n
+    assert m1["lr"] == 1e-3 and m1["skipped_steps"] == 0
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_save_load_round_trip(tiny_model_dir, tmp_path, parallel):
+    s = make(tiny_model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
+    s.train_step(batch(), ACTOR_LOSS)
+    s.train_step(batch(seed=1), ACTOR_LOSS)
+    s.save(str(tmp_path / "ckpt"))
+    t = make(tiny_model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
+    t.load(str(tmp_path / "ckpt"))
+    assert t.step == 2
+    a, b = s.train_step(batch(seed=2), ACTOR_LOSS), t.train_step(batch(seed=2), ACTOR_LOSS)
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-6) and a["lr"] == pytest.approx(b["lr"])
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt")).config.vocab_size == 3052
+
+
+def test_sync_buckets_hold_every_parameter(tiny_model_dir):
+    s = make(tiny_model_dir, "fsdp2")
+    buckets = list(s.named_parameters_for_sync(bucket_size_mb=1))
+    names = [n for b in buckets for n, _ in b]
+    assert names == [n for n, _ in s.hf_model.named_parameters()] and len(buckets) > 1
+    assert all(not hasattr(t, "full_tensor") for b in buckets for _, t in b)  # plain, gathered tensors
+    assert sum(t.numel() * t.element_size() for b in buckets for _, t in b) == s.num_parameter_bytes()
+
+
+def test_critic_values_and_train_step(tiny_model_dir):
+    c = make(tiny_model_dir, critic=True)
+    b = batch()
+    v = c.values(b)
+    assert v.shape == (4, 12)
+    m = c.train_step(b, make_critic_loss_fn(AlgorithmConfig(value_clip=None)))
+    assert m["loss"] > 0 and "critic/vf_loss" in m
+    with pytest.raises(RuntimeError, match="critic"):
+        c.logprobs(b)
+
+
+def test_config_errors(tiny_model_dir):
+    with pytest.raises(ValueError, match="parallel must be ddp or fsdp2"):
+        make(tiny_model_dir, "zero3")
+    cfg = WorkerConfig(model_name_or_path=tiny_model_dir, training_args=TrainingArgs(lr_scheduler_type="cosine"))
+    with pytest.raises(ValueError, match="num_training_steps"):
+        TorchTrainStrategy(cfg).setup()
