@@ -16,6 +16,7 @@ Failures are typed (``Trajectory.failure``): ``env_error`` (reset/step raised),
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 import zlib
@@ -329,9 +330,10 @@ class EnvManager:
     async def _env_call(self, fn, *args, **kwargs):
         t0 = time.monotonic()
         try:
-            return await self.runner.call(lambda: fn(*args, **kwargs), timeout=self.cfg.step_timeout_s)
-        except CallTimeout as e:
-            raise EpisodeFailure("env_timeout", str(e)) from None
+            return await self.runner.call(functools.partial(fn, *args, **kwargs), timeout=self.cfg.step_timeout_s)
+        except CallTimeout:
+            name = getattr(fn, "__name__", "call")
+            raise EpisodeFailure("env_timeout", f"env.{name} took longer than {self.cfg.step_timeout_s}s") from None
         except Exception as e:  # any error inside user env code is an env failure
             raise EpisodeFailure("env_error", f"{type(e).__name__}: {e}") from None
         finally:

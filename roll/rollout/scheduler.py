@@ -520,18 +520,33 @@ class RolloutScheduler:
             host = self._pick_host()
             self._host_load[host] += 1
             specs.append((group, slot, spec, host))
-        active = await asyncio.gather(*(call_host(self.hosts[h], "start_episode", s) for _, _, s, h in specs))
+        active = await asyncio.gather(*(self._lockstep_call(h, "start_episode", s) for _, _, s, h in specs))
         live = [x for x, ok in zip(specs, active) if ok]
         while live:
-            ok = await asyncio.gather(*(call_host(self.hosts[h], "generate_turn", s.episode_id) for _, _, s, h in live))
-            ok2 = await asyncio.gather(*(call_host(self.hosts[h], "step_env", s.episode_id) for _, _, s, h in live))
+            ok = await asyncio.gather(*(self._lockstep_call(h, "generate_turn", s.episode_id) for _, _, s, h in live))
+            ok2 = await asyncio.gather(*(self._lockstep_call(h, "step_env", s.episode_id) for _, _, s, h in live))
             live = [x for x, a, b in zip(live, ok, ok2) if a and b]
         out = []
         for group, slot, spec, host in specs:
-            trajs = await call_host(self.hosts[host], "finish_episode", spec.episode_id)
+            trajs = await self._lockstep_call(host, "finish_episode", spec.episode_id)
+            if trajs is False:  # the worker died: the episode is an infrastructure failure
+                trajs = [Trajectory(failure="worker_died", env_tag=spec.tag, group_id=spec.group_id,
+                                    env_seed=spec.env_seed, episode_id=spec.episode_id)]
             self._host_load[host] -= 1
             out.append((group, slot, spec, trajs))
         return out
+
+    async def _lockstep_call(self, host: int, method: str, *args: Any) -> Any:
+        if host in self._dead_hosts:
+            return False
+        try:
+            return await call_host(self.hosts[host], method, *args)
+        except Exception as e:
+            if type(e).__name__ not in _ACTOR_DIED:
+                raise
+            logger.error("environment worker %d died: %s", host, e)
+            self._dead_hosts.add(host)
+            return False
 
     # ================================================================ batch
     def _assemble(self, groups: list[_Group], demand: dict[str, int], elapsed: float) -> RolloutBatch:
