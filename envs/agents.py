@@ -11,20 +11,21 @@ needs ``expert_plan() -> list[str]`` (remaining optimal answers from the current
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Text
 
 
-def format_answer(actions: list[str], think: Optional[str] = None) -> str:
+def format_answer(actions: list[str], think: str | None = None) -> str:
     """Model-style text for one turn."""
     prefix = f"<think>{think}</think>" if think else ""
     return f"{prefix}<answer>{', '.join(actions)}</answer>"
 
 
-def action_choices(env: gym.Env) -> Optional[list[str]]:
+def action_choices(env: gym.Env) -> list[str] | None:
     """The answers an agent may pick at random in the current state, or None if the env has none."""
     u = env.unwrapped
     valid = getattr(u, "valid_actions", None)
@@ -48,7 +49,7 @@ def _actions_per_turn(env: gym.Env) -> int:
 class RandomAgent:
     """Uniformly random actions (one per turn), in the model's answer format."""
 
-    def __init__(self, env: gym.Env, seed: Optional[int] = None, think: bool = True):
+    def __init__(self, env: gym.Env, seed: int | None = None, think: bool = True):
         self.env = env
         self.rng = np.random.default_rng(seed)
         self.think = think
@@ -81,9 +82,9 @@ class ExpertAgent:
     def __init__(
         self,
         env: gym.Env,
-        actions_per_turn: Optional[int] = None,
+        actions_per_turn: int | None = None,
         think: bool = True,
-        seed: Optional[int] = None,
+        seed: int | None = None,
     ):
         if not callable(getattr(env.unwrapped, "expert_plan", None)):
             raise TypeError(f"{type(env.unwrapped).__name__} has no expert_plan(); the expert agent needs one")
@@ -120,8 +121,8 @@ class NoisyExpertAgent:
         self,
         env: gym.Env,
         epsilon: float = 0.1,
-        seed: Optional[int] = None,
-        actions_per_turn: Optional[int] = None,
+        seed: int | None = None,
+        actions_per_turn: int | None = None,
         think: bool = True,
     ):
         if not 0.0 <= epsilon <= 1.0:
@@ -140,7 +141,7 @@ class NoisyExpertAgent:
         return text
 
 
-def run_episode(env: gym.Env, agent: Any, seed: Optional[int] = None, max_turns: int = 10_000) -> dict[str, Any]:
+def run_episode(env: gym.Env, agent: Any, seed: int | None = None, max_turns: int = 10_000) -> dict[str, Any]:
     """Play one episode; ``steps`` counts turns (env.step calls).
 
     ``max_turns`` guards against envs that never end; hitting it sets ``stopped_by_runner``.

@@ -7,12 +7,12 @@ parsing, step counting, reward bookkeeping and info assembly that they would oth
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from dataclasses import fields, replace
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar
 
 import gymnasium as gym
 from gymnasium.spaces import Text
-
 from roll.envs.parsing import ActionParser, ParsedAction, ParserConfig
 
 #: Characters every observation space allows: printable ASCII, newline and tab.
@@ -61,8 +61,8 @@ def grid_text_space(symbols: str, max_length: int = MAX_TEXT_LENGTH) -> Text:
 def build_parser_config(
     parser: ParserConfig | Mapping[str, Any] | None = None,
     *,
-    max_actions_per_turn: Optional[int] = None,
-    format_penalty: Optional[float] = None,
+    max_actions_per_turn: int | None = None,
+    format_penalty: float | None = None,
 ) -> ParserConfig:
     """Parser options from env kwargs: a ParserConfig or dict, plus the two common overrides."""
     if parser is None:
@@ -106,9 +106,9 @@ class TextEnv(gym.Env[str, str]):
         *,
         max_steps: int,
         parser: ParserConfig | Mapping[str, Any] | None = None,
-        max_actions_per_turn: Optional[int] = None,
-        format_penalty: Optional[float] = None,
-        render_mode: Optional[str] = None,
+        max_actions_per_turn: int | None = None,
+        format_penalty: float | None = None,
+        render_mode: str | None = None,
     ):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
@@ -129,7 +129,7 @@ class TextEnv(gym.Env[str, str]):
     def _accepted_words(self) -> Mapping[str, str] | tuple[str, ...]:
         return self.action_words
 
-    def _new_episode(self, options: Optional[dict]) -> None:
+    def _new_episode(self, options: dict | None) -> None:
         """Build a new episode from ``self.np_random`` (already seeded by ``reset``)."""
         raise NotImplementedError
 
@@ -151,7 +151,7 @@ class TextEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     # ----- the gymnasium API ----------------------------------------------------------------
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         self._new_episode(options)
         self._steps = 0
@@ -203,7 +203,7 @@ class TextEnv(gym.Env[str, str]):
         }
         return self._obs, float(reward), terminated, truncated, info
 
-    def render(self) -> Optional[str]:
+    def render(self) -> str | None:
         if self.render_mode == "ansi":
             return self._obs
         return None

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Text
 from gymnasium.utils.env_checker import check_env, data_equivalence
-
 from roll.envs.agents import RandomAgent
 
 #: Text with no well-formed answer: it must never crash an env, and an env that requires the
@@ -68,7 +68,7 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _make(env: Union[str, Callable[[], gym.Env]], env_kwargs: Optional[dict]) -> gym.Env:
+def _make(env: str | Callable[[], gym.Env], env_kwargs: dict | None) -> gym.Env:
     if isinstance(env, str):
         return gym.make(env, **(env_kwargs or {}))
     return env()
@@ -119,8 +119,8 @@ def _rollout(env: gym.Env, seed: int, actions: list[Any]) -> list[Any]:
 
 
 def check_text_env(
-    env: Union[str, Callable[[], gym.Env]],
-    env_kwargs: Optional[dict] = None,
+    env: str | Callable[[], gym.Env],
+    env_kwargs: dict | None = None,
     seeds: tuple[int, ...] = (0, 1, 2),
     determinism_turns: int = 20,
     max_episode_turns: int = 1000,

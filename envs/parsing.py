@@ -8,8 +8,8 @@ linear in the length of the text (no backtracking regex over model text).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
 
 # Tags are found with a token scan rather than one `<answer>(.*?)</answer>` search: that regex is
 # quadratic on text with many unclosed `<answer>` tags, and model text is adversarial by nature.
@@ -52,15 +52,15 @@ class ParsedAction:
     """Canonical action words (or raw action strings for free-form envs), in order."""
     valid: bool = False
     """The text had the required format and every action was recognised."""
-    think: Optional[str] = None
+    think: str | None = None
     """Content of the <think> block, if any."""
-    answer: Optional[str] = None
+    answer: str | None = None
     """Raw text inside <answer>, if any."""
     error: str = ""
     """Why the text was invalid (empty when valid)."""
 
 
-def _as_text(text: object) -> tuple[Optional[str], str]:
+def _as_text(text: object) -> tuple[str | None, str]:
     if isinstance(text, str):
         return text, ""
     if isinstance(text, bytes):
@@ -71,7 +71,7 @@ def _as_text(text: object) -> tuple[Optional[str], str]:
         return None, f"action is not text ({type(text).__name__}: {e})"
 
 
-def _last_answer(text: str) -> tuple[Optional[str], bool]:
+def _last_answer(text: str) -> tuple[str | None, bool]:
     """Content of the last ``<answer>...</answer>`` pair and whether that pair had nested tags.
 
     Pairs are matched left to right like a non-greedy regex: an opening tag starts a pair,
@@ -80,7 +80,7 @@ def _last_answer(text: str) -> tuple[Optional[str], bool]:
     """
     start = -1
     nested = False
-    last: Optional[str] = None
+    last: str | None = None
     last_nested = False
     for m in _ANSWER_TAG_RE.finditer(text):
         if m.group(1):  # closing tag

@@ -8,7 +8,7 @@ leaves, ``reset`` starts the next seed, ``plan`` shows the expert's plan where t
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, TextIO
+from typing import Any, TextIO
 
 import gymnasium as gym
 
@@ -22,9 +22,9 @@ def _fmt_info(info: dict[str, Any]) -> str:
 def play(
     env_id: str,
     seed: int = 0,
-    env_kwargs: Optional[dict[str, Any]] = None,
-    stdin: Optional[TextIO] = None,
-    stdout: Optional[TextIO] = None,
+    env_kwargs: dict[str, Any] | None = None,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
 ) -> int:
     """Run the interactive loop; returns the process exit code (0, or 2 for an unknown env id)."""
     import roll.envs  # noqa: F401  (registers the shipped envs)

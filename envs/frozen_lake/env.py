@@ -9,11 +9,11 @@ goal. Actions: ``Left``, ``Down``, ``Right``, ``Up``.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
-
 from roll.envs.base import TextEnv, grid_text_space
 from roll.envs.parsing import ParserConfig
 
@@ -94,11 +94,11 @@ class FrozenLakeEnv(TextEnv):
         success_rate: float = 1.0 / 3.0,
         min_path_length: int = 1,
         max_steps: int = 100,
-        symbols: Optional[Mapping[str, str]] = None,
-        max_actions_per_turn: Optional[int] = None,
-        format_penalty: Optional[float] = None,
+        symbols: Mapping[str, str] | None = None,
+        max_actions_per_turn: int | None = None,
+        format_penalty: float | None = None,
         parser: ParserConfig | Mapping[str, Any] | None = None,
-        render_mode: Optional[str] = None,
+        render_mode: str | None = None,
     ):
         super().__init__(
             max_steps=max_steps,
@@ -120,12 +120,12 @@ class FrozenLakeEnv(TextEnv):
         self.is_slippery = bool(is_slippery)
         self.success_rate = float(success_rate)
         self.observation_space = grid_text_space("".join(self.symbols.values()))
-        self.lake: Optional[GymFrozenLake] = None
+        self.lake: GymFrozenLake | None = None
         self.state = 0
-        self._policy: Optional[list[int]] = None
+        self._policy: list[int] | None = None
 
     # ----- episode -------------------------------------------------------------------------
-    def _new_episode(self, options: Optional[dict]) -> None:
+    def _new_episode(self, options: dict | None) -> None:
         desc = (options or {}).get("map")
         if desc is None:
             desc = generate_map(self.np_random, **self.map_kwargs)

@@ -8,7 +8,8 @@ gets the format penalty and is a no-op step.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from roll.envs.base import TextEnv, grid_text_space
 from roll.envs.parsing import ParserConfig
@@ -32,16 +33,16 @@ class SokobanEnv(TextEnv):
         max_steps: int = 100,
         search_depth: int = 100,
         min_solution_length: int = 1,
-        walk_steps: Optional[int] = None,
-        symbols: Optional[Mapping[str, str]] = None,
+        walk_steps: int | None = None,
+        symbols: Mapping[str, str] | None = None,
         step_penalty: float = -0.1,
         box_on_target_reward: float = 1.0,
         box_off_target_penalty: float = -1.0,
         solved_reward: float = 10.0,
-        max_actions_per_turn: Optional[int] = None,
-        format_penalty: Optional[float] = None,
+        max_actions_per_turn: int | None = None,
+        format_penalty: float | None = None,
         parser: ParserConfig | Mapping[str, Any] | None = None,
-        render_mode: Optional[str] = None,
+        render_mode: str | None = None,
     ):
         super().__init__(
             max_steps=max_steps,
@@ -72,14 +73,14 @@ class SokobanEnv(TextEnv):
             solved=float(solved_reward),
         )
         self.observation_space = grid_text_space("".join(self.symbols.values()))
-        self.layout: Optional[Layout] = None
+        self.layout: Layout | None = None
         self.player = 0
         self.boxes = 0
-        self.optimal_length: Optional[int] = None
+        self.optimal_length: int | None = None
         self._plan_cache: dict[int, list[str]] = {}
 
     # ----- episode -------------------------------------------------------------------------
-    def _new_episode(self, options: Optional[dict]) -> None:
+    def _new_episode(self, options: dict | None) -> None:
         level = (options or {}).get("level")
         if level is not None:
             # A fixed level (in this env's symbols), e.g. for tests or curated evaluation sets.
@@ -117,7 +118,7 @@ class SokobanEnv(TextEnv):
     def _render_text(self) -> str:
         return self.layout.render(self.player, self.boxes, self.symbols)
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = super().reset(seed=seed, options=options)
         info["optimal_length"] = self.optimal_length
         return obs, info

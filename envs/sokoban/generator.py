@@ -15,10 +15,8 @@ for an int seed), so a seed always gives the same room and generation is thread-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import numpy as np
-
 from roll.envs.sokoban.room import Layout
 
 
@@ -104,7 +102,7 @@ def _reverse_bfs(layout: Layout, depth_limit: int, min_length: int) -> tuple[lis
 
 
 def generate_room(
-    rng: Union[np.random.Generator, int, None] = None,
+    rng: np.random.Generator | int | None = None,
     *,
     width: int = 6,
     height: int = 6,
@@ -112,7 +110,7 @@ def generate_room(
     max_steps: int = 100,
     search_depth: int = 100,
     min_solution_length: int = 1,
-    walk_steps: Optional[int] = None,
+    walk_steps: int | None = None,
     p_change_direction: float = 0.35,
     max_tries: int = 1000,
 ) -> GeneratedRoom:

@@ -6,8 +6,8 @@ any floor cell stays inside the grid and no bounds checks are needed. Boxes are 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
 
 #: Canonical action words, in the order of the direction table of a layout.
 ACTIONS = ("Up", "Down", "Left", "Right")
@@ -35,7 +35,7 @@ XSB_SYMBOLS: dict[str, str] = {
 SYMBOL_NAMES = tuple(DEFAULT_SYMBOLS)
 
 
-def check_symbols(symbols: Optional[Mapping[str, str]]) -> dict[str, str]:
+def check_symbols(symbols: Mapping[str, str] | None) -> dict[str, str]:
     """Complete a partial symbol mapping with the defaults and validate it."""
     merged = dict(DEFAULT_SYMBOLS)
     if symbols:
@@ -91,7 +91,7 @@ class Layout:
                     stack.append(c)
         return live
 
-    def move(self, player: int, boxes: int, d: int) -> Optional[tuple[int, int, bool]]:
+    def move(self, player: int, boxes: int, d: int) -> tuple[int, int, bool] | None:
         """One forward move: (new player, new boxes, pushed) or None when blocked."""
         n = player + d
         if not self.floor[n]:
@@ -144,7 +144,7 @@ def cells_of(mask: int) -> list[int]:
     return out
 
 
-def parse_level(text: str, symbols: Optional[Mapping[str, str]] = None) -> tuple[Layout, int, int]:
+def parse_level(text: str, symbols: Mapping[str, str] | None = None) -> tuple[Layout, int, int]:
     """Parse a rendered room back into (layout, player, boxes); raises ValueError on bad levels."""
     sym = check_symbols(symbols)
     by_char = {v: k for k, v in sym.items()}

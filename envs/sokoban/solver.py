@@ -6,12 +6,10 @@ removes a solution. ``max_states`` bounds the work so a huge custom level cannot
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from roll.envs.sokoban.room import ACTIONS, Layout
 
 
-def solve(layout: Layout, player: int, boxes: int, max_states: int = 2_000_000) -> Optional[list[str]]:
+def solve(layout: Layout, player: int, boxes: int, max_states: int = 2_000_000) -> list[str] | None:
     """Shortest plan (action words) from the given state to all boxes on targets.
 
     Returns [] when already solved and None when unsolvable (or the search exceeds max_states).

@@ -5,10 +5,9 @@ import time
 
 import gymnasium as gym
 import pytest
+import roll.envs  # noqa: F401
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import roll.envs  # noqa: F401
 from roll.envs.parsing import ActionParser, ParserConfig, extract_answer, parse_actions
 
 WORDS = ("Up", "Down", "Left", "Right")

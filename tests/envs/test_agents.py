@@ -1,14 +1,17 @@
 """Built-in agents: the expert solves every deterministic variant; the random agent's rate is reported."""
 from __future__ import annotations
 
-from typing import Optional
-
 import gymnasium as gym
 import pytest
-from gymnasium.spaces import Text
-
 import roll.envs  # noqa: F401
-from roll.envs.agents import ExpertAgent, NoisyExpertAgent, RandomAgent, format_answer, run_episode
+from gymnasium.spaces import Text
+from roll.envs.agents import (
+    ExpertAgent,
+    NoisyExpertAgent,
+    RandomAgent,
+    format_answer,
+    run_episode,
+)
 from roll.envs.base import UnicodeText
 from roll.envs.parsing import extract_answer
 
@@ -72,7 +75,7 @@ class CountdownEnv(gym.Env):
         self.action_space = UnicodeText()
         self.n = 0
 
-    def reset(self, *, seed: Optional[int] = None, options=None):
+    def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
         self.n = int(self.np_random.integers(3, 8))
         return str(self.n), {"instruction": "Answer the number minus one in <answer></answer>."}

@@ -1,12 +1,9 @@
 """The checker itself: it must catch envs that break the text-env contract."""
 from __future__ import annotations
 
-from typing import Optional
-
 import gymnasium as gym
 import pytest
 from gymnasium.spaces import Discrete, Text
-
 from roll.envs.base import UnicodeText
 from roll.envs.checker import EnvCheckError, check_text_env
 from roll.envs.parsing import extract_answer
@@ -23,7 +20,7 @@ class GoodEnv(gym.Env):
         self.action_space = UnicodeText()
         self.count = 0
 
-    def reset(self, *, seed: Optional[int] = None, options=None):
+    def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
         self.count = int(self.np_random.integers(0, 2))
         return f"count{self.count}", {"instruction": "Answer <answer>go</answer>."}

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-
 import roll.envs  # noqa: F401
-from roll.envs.frozen_lake.env import FrozenLakeEnv, MapGenerationError, _shortest_path_lengths, generate_map
+from roll.envs.frozen_lake.env import (
+    FrozenLakeEnv,
+    MapGenerationError,
+    _shortest_path_lengths,
+    generate_map,
+)
 
 MAP = ["SFFF", "FHFH", "FFFH", "HFFG"]
 

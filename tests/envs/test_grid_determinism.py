@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-
 import roll.envs  # noqa: F401
 from roll.envs.agents import NoisyExpertAgent, run_episode
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-
 import roll.envs  # noqa: F401  (registers every shipped env)
 from roll.envs.checker import check_text_env
 

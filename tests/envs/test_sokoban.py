@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 import gymnasium as gym
 import numpy as np
 import pytest
-
 import roll.envs  # noqa: F401
 from roll.envs.sokoban.env import SokobanEnv
 from roll.envs.sokoban.generator import GenerationError, generate_room
