@@ -41,7 +41,7 @@ def plain_run(i: int) -> float:
     with tempfile.TemporaryDirectory() as d:
         Path(d, "main.py").write_text(PROGRAM)
         out = subprocess.run([PYTHON, "-B", "-s", "main.py"], input=f"{i}\n".encode(), capture_output=True,
-                             cwd=d, timeout=30, env={"PATH": "/usr/bin:/bin"})
+                             cwd=d, timeout=30, env={"PATH": "/usr/bin:/bin"}, check=False)
     assert out.stdout == f"{i}\n".encode(), out
     return time.perf_counter() - t0
 
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     n = args.runs or (40 if args.quick else 200)
 
     from roll.envs.code.problems import load_problems
+
     from roll.rewards.code import code_sandbox_reward
     from roll.sandbox import SandboxPool
 
@@ -160,7 +161,7 @@ def write_docs(res: dict, quick: bool) -> None:
     ]
     block = "\n".join(lines)
     text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(r"^## Sandbox\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(r"^## Sandbox\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     if pattern.search(text):
         text = pattern.sub(lambda _: block + "\n", text)
     else:

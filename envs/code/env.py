@@ -14,13 +14,14 @@ Reward per turn (all configurable):
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import gymnasium as gym
-
 from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText
 from roll.envs.code.problems import Problem, load_problems
 from roll.envs.parsing import ParserConfig
+
 from roll.rewards.code import TestReport, extract_code, normalize_tests, run_tests
 from roll.sandbox import SandboxConfig, get_pool
 
@@ -44,8 +45,8 @@ class CodeSandboxEnv(gym.Env[str, str]):
     def __init__(
         self,
         max_turns: int = 3,
-        difficulty: Optional[str | Sequence[str]] = None,
-        problem_ids: Optional[Sequence[str]] = None,
+        difficulty: str | Sequence[str] | None = None,
+        problem_ids: Sequence[str] | None = None,
         pass_rate_weight: float = 1.0,
         full_pass_bonus: float = 0.0,
         turn_cost: float = 0.0,
@@ -53,8 +54,8 @@ class CodeSandboxEnv(gym.Env[str, str]):
         feedback_chars: int = 1200,
         sandbox: SandboxConfig | Mapping[str, Any] | None = None,
         max_concurrency: int = 2,
-        problems: Optional[Sequence[Problem]] = None,
-        render_mode: Optional[str] = None,
+        problems: Sequence[Problem] | None = None,
+        render_mode: str | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -85,11 +86,11 @@ class CodeSandboxEnv(gym.Env[str, str]):
         self._best = 0.0
         self._solved = False
         self._done = False
-        self._last_code: Optional[str] = None
+        self._last_code: str | None = None
         self._obs = ""
 
     # ------------------------------------------------------------------------------ gym API
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
         if "problem_id" in options:
@@ -163,7 +164,7 @@ class CodeSandboxEnv(gym.Env[str, str]):
             return []
         return [f"```python\n{self.problem.solution}```"]
 
-    def render(self) -> Optional[str]:
+    def render(self) -> str | None:
         if self.render_mode == "ansi":
             return self._obs
         return None

@@ -74,14 +74,14 @@ class SandboxConfig:
         if not self.work_dir.startswith("/") or self.work_dir.rstrip("/") in ("", "/usr", "/proc", "/dev"):
             raise ValueError(f"sandbox work_dir must be an absolute path of its own, got {self.work_dir!r}")
 
-    def replace(self, **changes) -> "SandboxConfig":
+    def replace(self, **changes) -> SandboxConfig:
         """A copy with some fields changed (validated again)."""
         import dataclasses
 
         return dataclasses.replace(self, **changes)
 
 
-def as_config(config: "SandboxConfig | dict | None") -> SandboxConfig:
+def as_config(config: SandboxConfig | dict | None) -> SandboxConfig:
     """Accept a SandboxConfig, a plain dict (e.g. from YAML, strictly checked) or None."""
     if config is None:
         return SandboxConfig()

@@ -13,14 +13,13 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
 
 from roll.sandbox.config import SandboxConfig, as_config
 from roll.sandbox.isolation import (
     LAUNCH_ENV,
     SandboxError,
-    SandboxUnavailable,
     UidLeases,
     bwrap_args,
     check_file_name,
@@ -51,9 +50,9 @@ _SANDBOX_ENV = {
 class ExecutionResult:
     """What happened to one sandboxed program."""
 
-    exit_code: Optional[int]
+    exit_code: int | None
     """Exit status; None when the program died from a signal (see `signal`)."""
-    signal: Optional[int]
+    signal: int | None
     """Signal that ended the program, if any. Under bwrap a program's own exit code above 128 is
     indistinguishable from death by signal (code - 128) and is reported as the signal."""
     stdout: str
@@ -256,7 +255,7 @@ class Sandbox:
             exit_code, sig = os.WEXITSTATUS(status), None
         return self._result(run, exit_code, sig, wall, rusage, "unsafe")
 
-    def _result(self, run: "_Communication", exit_code, sig, wall, rusage, mode) -> ExecutionResult:
+    def _result(self, run: _Communication, exit_code, sig, wall, rusage, mode) -> ExecutionResult:
         cpu = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
         oom = any(m in run.err[-4096:] for m in _OOM_MARKERS)
         limit = run.killed_for

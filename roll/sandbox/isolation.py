@@ -265,7 +265,7 @@ def resolve_mode(config: SandboxConfig, tools: Tools, probe) -> str:
 def run_probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> str | None:
     try:
         proc = subprocess.run(argv, env=LAUNCH_ENV, cwd="/", capture_output=True, timeout=20,
-                              stdin=subprocess.DEVNULL, pass_fds=pass_fds)
+                              stdin=subprocess.DEVNULL, pass_fds=pass_fds, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return str(e)
     if proc.returncode != 0:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from roll.sandbox.config import SandboxConfig, as_config
 from roll.sandbox.executor import ExecutionResult, Sandbox
@@ -67,7 +68,7 @@ class SandboxPool:
         """:meth:`Sandbox.run_python` within the concurrency bound."""
         return self._guarded(self.sandbox.run_python, code, **kwargs)
 
-    def submit_python(self, code: str, **kwargs: Any) -> "Future[ExecutionResult]":
+    def submit_python(self, code: str, **kwargs: Any) -> Future[ExecutionResult]:
         """Start :meth:`run_python` in the pool's own threads; returns a Future."""
         with self._lock:
             if self._executor is None:
@@ -89,7 +90,7 @@ class SandboxPool:
         if executor is not None:
             executor.shutdown(wait=True)
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc) -> None:

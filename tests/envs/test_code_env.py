@@ -5,9 +5,8 @@ import time
 
 import gymnasium as gym
 import pytest
-from gymnasium.utils.env_checker import check_env
-
 import roll.envs  # noqa: F401  (registers the roll/ ids)
+from gymnasium.utils.env_checker import check_env
 from roll.envs.agents import ExpertAgent, run_episode
 from roll.envs.checker import check_text_env
 from roll.envs.code.env import CodeSandboxEnv

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from roll.envs.code.problems import DIFFICULTIES, export_jsonl, load_problems
+
 from roll.rewards.code import code_sandbox_reward, normalize_tests
 
 PROBLEMS = load_problems()

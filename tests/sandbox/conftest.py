@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from sandbox_helpers import TIGHT, Contained
 
 from roll.sandbox import Sandbox
-from sandbox_helpers import TIGHT, Contained
 
 
 @pytest.fixture(scope="session")

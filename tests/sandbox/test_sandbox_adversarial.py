@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import TIGHT
 
 from roll.rewards.code import code_sandbox_reward
 from roll.sandbox import SandboxPool
-
-from sandbox_helpers import TIGHT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -192,7 +191,7 @@ def test_network_to_a_host_loopback_listener(contained):
             for sock in (listener, unix):
                 try:
                     accepted.append(sock.accept())
-                except (socket.timeout, OSError):
+                except (TimeoutError, OSError):
                     pass
 
     t = threading.Thread(target=accept_loop)
@@ -224,7 +223,7 @@ def test_network_to_a_host_loopback_listener(contained):
         t.join()
         try:
             datagram = udp.recv(100)
-        except socket.timeout:
+        except TimeoutError:
             datagram = None
     finally:
         for s in (listener, udp, unix):

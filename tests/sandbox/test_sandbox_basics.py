@@ -7,11 +7,11 @@ import threading
 import time
 
 import pytest
+from sandbox_helpers import TIGHT, process_table
 
 from roll.config.validate import ConfigError
 from roll.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, as_config
 from roll.sandbox.isolation import SANDBOX_UID_INSIDE
-from sandbox_helpers import TIGHT, process_table
 
 
 def test_hello_stdin_files_and_args(sandbox):

@@ -6,9 +6,9 @@ import threading
 import time
 
 import pytest
+from sandbox_helpers import TIGHT
 
 from roll.sandbox import SandboxPool, get_pool
-from sandbox_helpers import TIGHT
 
 
 def test_concurrency_is_bounded():
@@ -29,7 +29,7 @@ def test_many_threads_share_one_pool():
     def worker(i: int) -> None:
         try:
             outputs[i] = pool.run_python("import sys\nprint(int(sys.stdin.read()) ** 2)", stdin=str(i)).stdout
-        except BaseException as e:  # collected and asserted below
+        except Exception as e:  # noqa: BLE001  (collected and asserted below)
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 DIFFICULTIES = ("easy", "medium", "hard")
 
@@ -65,7 +66,7 @@ def function(id: str, difficulty: str, title: str, statement: str, tests: Sequen
                    textwrap.dedent(solution).strip() + "\n", n_examples)
 
 
-def load_problems(difficulty: Optional[str | Sequence[str]] = None, ids: Optional[Sequence[str]] = None) -> list[Problem]:
+def load_problems(difficulty: str | Sequence[str] | None = None, ids: Sequence[str] | None = None) -> list[Problem]:
     """Every shipped problem, optionally only some difficulties or ids (in the given order)."""
     from roll.envs.code.problems import easy, hard, medium
 
@@ -87,16 +88,15 @@ def load_problems(difficulty: Optional[str | Sequence[str]] = None, ids: Optiona
     return problems
 
 
-def export_jsonl(path: str, difficulty: Optional[str] = None) -> int:
+def export_jsonl(path: str, difficulty: str | None = None) -> int:
     """Write the problems as RLVR samples (one JSON object per line); returns the count."""
     problems = load_problems(difficulty)
     with open(path, "w") as f:
-        for p in problems:
-            f.write(json.dumps(p.to_sample()) + "\n")
+        f.writelines(json.dumps(p.to_sample()) + "\n" for p in problems)
     return len(problems)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """`python -m roll.envs.code.problems OUT.jsonl [--difficulty D]`."""
     import argparse
 
