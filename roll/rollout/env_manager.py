@@ -156,6 +156,10 @@ class EnvManager:
             await self.control.wait_running()
             self.wait_time += time.monotonic() - t_wait
             oldest = min(self.turn_versions + vers, default=-1)
+            if self.control.on_weight_update == "discard" and 0 <= oldest < self.control.version:
+                # discard mode: an episode never mixes versions, even one stopped between turns
+                self.failure, self.failure_detail, self.done = "discarded", "weight update in discard mode", True
+                return
             if self.control.is_stale(oldest):
                 self.failure, self.failure_detail, self.done = "stale", f"oldest version {oldest} < {self.control.version} - {self.control.max_staleness}", True
                 return

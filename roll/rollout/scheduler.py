@@ -349,7 +349,7 @@ class RolloutScheduler:
             self.failures_by_tag[(tag, failure)] += 1
             logger.warning("episode %s failed (%s): %s", trajs[0].episode_id, failure, trajs[0].failure_detail)
         else:
-            self.counters[failure] += 1  # stale / discarded restarts
+            self.counters[f"restarts/{failure}"] += 1  # stale / discarded: restarted, not failed
 
     def _lose(self, group: _Group) -> None:
         group.dropped = True

@@ -191,7 +191,7 @@ def test_partial_rollout_records_the_version_of_each_turn(tok):
 def test_discard_mode_restarts_interrupted_episodes(tok):
     client = ScriptedClient(tok, token_latency_s=0.003, length_fn=lambda p, s: 30 + s % 20)
     outs = _train_loop(tok, client, steps=3, ratio=1.0, train_s=0.15, on_update="discard")
-    restarts = sum(out.metrics.get("rollout/discarded", 0) for _, out in outs)
+    restarts = sum(out.metrics.get("rollout/restarts/discarded", 0) for _, out in outs)
     assert restarts > 0
     for version, out in outs:
         for t in out.trajectories:
