@@ -1,0 +1,425 @@
+"""RLVR pipeline: single-turn RL with verifiable rewards over several domains in one run.
+
+One step, each phase a method below:
+
+    sync_weights -> collect_rollouts (sample prompts by domain_interleave_probs; generate
+      num_return_sequences responses each; score every response on its domain's reward
+      workers as soon as it finishes; dynamic sampling refills dropped groups)
+      -> reference_logprobs -> old_logprobs -> critic_values -> advantages -> train_critic
+      -> train_actor -> (checkpoint, validation per domain: BasePipeline)
+
+The training phases are the agentic pipeline's, unchanged: the batch built here has the same
+fields as ``roll.data.trajectory.trajectories_to_batch`` (a response is a one-turn episode),
+so the same methods apply. No algorithm maths lives here.
+
+Failures: a response whose reward function raised or timed out, whose reward worker died, or
+whose generation failed is dropped from the batch and counted (``reward/<tag>/failed*``,
+``rollout/<tag>/inference_failed``); it never enters group statistics as a 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from roll.algorithms import build_kl_controller, make_actor_loss_fn, make_critic_loss_fn
+from roll.config.roles import WorkerConfig
+from roll.config.schema import PipelineConfig
+from roll.config.validate import ConfigError
+from roll.data.batch import Batch
+from roll.data.rlvr import DomainSampler, PromptSample, load_prompts
+from roll.distributed.model_update import ModelUpdateGroup
+from roll.rollout.router import Router
+from roll.strategies.base import GenerationRequest
+from roll.utils.logging import get_logger
+from roll.workers.actor import ActorWorker
+from roll.workers.base import resolve_model
+from roll.workers.critic import CriticWorker
+from roll.workers.inference import InferenceWorker
+from roll.workers.reference import ReferenceWorker
+from roll.workers.reward import RewardClient, RewardResult, RewardWorker
+
+from roll.pipelines.agentic import AgenticPipeline
+from roll.pipelines.base import BasePipeline, LoopThread
+
+logger = get_logger("roll.pipelines.rlvr")
+
+
+@dataclasses.dataclass
+class Prompt:
+    """A prompt with its chat-template token ids."""
+
+    sample: PromptSample
+    ids: list[int]
+
+
+@dataclasses.dataclass
+class Response:
+    """One generated response and its reward."""
+
+    prompt: Prompt
+    group_id: str
+    output_ids: list[int]
+    logprobs: list[float]
+    text: str
+    truncated: bool
+    reward: RewardResult
+
+    @property
+    def tag(self) -> str:
+        return self.prompt.sample.tag
+
+
+def _chat_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+class RLVRPipeline(BasePipeline):
+    """Trains ``actor_train`` on prompts from ``data.train_files`` scored by ``rewards``."""
+
+    # Same batch contract as the agentic pipeline, so its training phases apply as they are.
+    optimizer_steps_per_step = AgenticPipeline.optimizer_steps_per_step
+    dp_size = staticmethod(AgenticPipeline.dp_size)
+    reference_logprobs = AgenticPipeline.reference_logprobs
+    old_logprobs = AgenticPipeline.old_logprobs
+    critic_values = AgenticPipeline.critic_values
+    advantages = AgenticPipeline.advantages
+    train_critic = AgenticPipeline.train_critic
+    train_actor = AgenticPipeline.train_actor
+    _train = AgenticPipeline._train
+
+    def __init__(self, cfg: PipelineConfig):
+        super().__init__(cfg)
+        errors = []
+        if not cfg.data.train_files:
+            errors.append("data.train_files: the rlvr pipeline needs prompt files (jsonl or parquet)")
+        if not cfg.rewards:
+            errors.append("rewards: the rlvr pipeline needs at least one reward domain")
+        self.group_size = int(cfg.actor_infer.generating_args.num_return_sequences)
+        if self.group_size < 1 or cfg.rollout_batch_size % self.group_size:
+            errors.append(f"rollout_batch_size {cfg.rollout_batch_size} must be a multiple of "
+                          f"actor_infer.generating_args.num_return_sequences {self.group_size}")
+        if errors:
+            raise ConfigError(errors)
+        self.kl_ctl = build_kl_controller(cfg.algorithm)
+        self.actor_loss_fn = make_actor_loss_fn(cfg.algorithm)
+        self.critic_loss_fn = make_critic_loss_fn(cfg.algorithm) if cfg.critic is not None else None
+        self.model_path = resolve_model(cfg.pretrain)
+        self.version = 0
+        self.loop: Optional[LoopThread] = None
+        self.data_metrics: dict[str, float] = {}
+
+    # ================================================================ setup
+    def setup(self) -> None:
+        cfg = self.cfg
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        base_dir = str(Path(cfg.source_path).parent) if cfg.source_path else None
+        train = self._prepare(load_prompts(cfg.data.train_files, cfg.data.messages_key, cfg.data.prompt_key,
+                                           cfg.data.tag_key, base_dir), "train")
+        self.sampler = DomainSampler([p.sample for p in train], cfg.data.domain_interleave_probs, seed=cfg.seed)
+        self.prompts = {id(p.sample): p for p in train}
+        self.val_prompts = (self._prepare(load_prompts(cfg.data.val_files, cfg.data.messages_key, cfg.data.prompt_key,
+                                                       cfg.data.tag_key, base_dir), "val")
+                            if cfg.data.val_files else [])
+        self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
+
+        self.make_pool()
+        steps = self.optimizer_steps_per_step()
+        self.actor_train = self.make_cluster("actor_train", ActorWorker, cfg.actor_train,
+                                             num_training_steps=steps["actor"] * cfg.max_steps)
+        self.actor_infer = self.make_cluster("actor_infer", InferenceWorker, cfg.actor_infer)
+        self.reference = self.make_cluster("reference", ReferenceWorker, cfg.reference) if cfg.reference is not None else None
+        self.critic = (self.make_cluster("critic", CriticWorker, cfg.critic, num_training_steps=steps["critic"] * cfg.max_steps)
+                       if cfg.critic is not None else None)
+        self.model_update = ModelUpdateGroup(self.actor_train, [self.actor_infer], cfg.model_update_buffer_size_mb)
+        self.reward_clusters = {name: self._make_reward_cluster(name, rc) for name, rc in cfg.rewards.items()}
+        self.rewards = RewardClient(self.reward_clusters, self.tag_to_reward, dict(cfg.rewards))
+        self.loop = LoopThread("rlvr-rollout")
+        self.router = Router(self.actor_infer.workers, cfg.rollout.max_inflight_per_worker)
+
+    def _prepare(self, samples: list[PromptSample], split: str) -> list[Prompt]:
+        """Tokenize with the chat template; drop (and count) prompts over max_prompt_length."""
+        out, dropped = [], Counter()
+        for s in samples:
+            ids = _chat_ids(self.tokenizer, s.messages)
+            if len(ids) > self.cfg.data.max_prompt_length:
+                dropped[s.tag] += 1
+                continue
+            out.append(Prompt(s, ids))
+        for tag, n in dropped.items():
+            logger.warning("%s data: dropped %d %s prompts longer than data.max_prompt_length=%d",
+                           split, n, tag, self.cfg.data.max_prompt_length)
+            self.data_metrics[f"data/{split}/{tag}/dropped_long_prompts"] = float(n)
+        if not out:
+            raise ConfigError([f"data: no {split} prompt fits data.max_prompt_length={self.cfg.data.max_prompt_length}"])
+        return out
+
+    def _route_tags(self, tags: set[str]) -> dict[str, str]:
+        """Domain tag -> reward name (a reward's `tags`, or its own name when it lists none)."""
+        route: dict[str, str] = {}
+        errors = []
+        for name, rc in self.cfg.rewards.items():
+            for tag in rc.tags or [name]:
+                if tag in route:
+                    errors.append(f"rewards: domain {tag!r} is routed to both {route[tag]!r} and {name!r}")
+                route[tag] = name
+        missing = sorted(t for t in tags if t not in route and self.sampler.probs.get(t, 1.0) > 0)
+        if missing:
+            errors.append(f"rewards: no reward for data domains {missing} (add them to a reward's `tags`)")
+        if errors:
+            raise ConfigError(errors)
+        return route
+
+    def _make_reward_cluster(self, name: str, rc: Any) -> Any:
+        judge_workers, judge_path = None, None
+        if rc.judge is not None:
+            judge_path = resolve_model(rc.judge.model_name_or_path or self.cfg.pretrain)
+            judge = self.make_cluster(f"reward.{name}.judge", InferenceWorker, rc.judge, model_path=judge_path)
+            judge_workers = judge.workers
+        wc = WorkerConfig(world_size=rc.world_size, num_cpus_per_worker=1.0,
+                          max_concurrency=max(16, 4 * (rc.max_concurrency + rc.max_hung_calls)),
+                          call_timeout_s=rc.timeout_s + 60.0, max_restarts=-1)
+        return self.make_cluster(f"reward.{name}", RewardWorker, wc, reward_config=rc, imports=list(self.cfg.imports),
+                                 judge_workers=judge_workers, judge_model_path=judge_path)
+
+    # ================================================================ one step
+    def train_step(self, step: int) -> dict[str, float]:
+        metrics: dict[str, float] = dict(self.data_metrics) if step == self.start_step else {}
+        metrics.update(self.sync_weights(step))
+        batch, rollout_metrics = self.collect_rollouts(step)
+        metrics.update(rollout_metrics)
+        if batch is None:
+            logger.warning("step %d: no usable responses (all failed or filtered); skipping training", step)
+            metrics["rollout/empty_batch"] = 1.0
+            return metrics
+        metrics.update(self.reference_logprobs(batch))
+        metrics.update(self.old_logprobs(batch))
+        metrics.update(self.critic_values(batch))
+        metrics.update(self.advantages(batch))
+        metrics.update(self.train_critic(batch))
+        metrics.update(self.train_actor(batch))
+        return metrics
+
+    def sync_weights(self, step: int) -> dict[str, float]:
+        """Push the trainer's weights (version = steps trained) to the inference workers.
+        Generation is finished between steps, so no request sees a half-updated model."""
+        if self.version == step:
+            return {}
+        with self.timer("model_update"):
+            out = self.model_update.update(version=step)
+        self.version = step
+        return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
+
+    def collect_rollouts(self, step: int) -> tuple[Optional[Batch], dict[str, float]]:
+        """Groups of scored responses for ``rollout_batch_size / group_size`` prompts, with
+        per-domain query filters and up to ``data.max_sampling_rounds`` refill rounds."""
+        cfg = self.cfg
+        need = cfg.rollout_batch_size // self.group_size
+        kept: list[list[Response]] = []
+        counts: dict[str, Counter] = defaultdict(Counter)
+        self.rewards.reset_counts()
+        rounds = 0
+        with self.timer("rollout"):
+            while len(kept) < need and rounds <= cfg.data.max_sampling_rounds:
+                prompts = [self.prompts[id(s)] for s in self.sampler.sample(need - len(kept))]
+                groups = self.loop.run(self._generate_groups(prompts, step, rounds, self.group_size,
+                                                             cfg.actor_infer.generating_args.temperature))
+                for group in groups:
+                    tag = group[0].tag
+                    valid = [r for r in group if r.reward.failed is None and r.output_ids]
+                    counts[tag]["groups"] += 1
+                    if not valid:
+                        counts[tag]["groups_all_failed"] += 1
+                        continue
+                    scores = [r.reward.score for r in valid]
+                    rc = cfg.rewards[self.tag_to_reward[tag]]
+                    if rc.drop_uniform_groups and max(scores) - min(scores) <= 1e-6:
+                        counts[tag]["groups_filtered"] += 1
+                        continue
+                    kept.append(group)
+                rounds += 1
+        metrics = self._rollout_metrics([r for g in kept for r in g], counts)
+        metrics["rollout/sampling_rounds"] = float(rounds)
+        metrics["rollout/groups_kept"] = float(len(kept))
+        metrics["rollout/groups_short"] = float(max(0, need - len(kept)))
+        with self.timer("reward_health"):
+            metrics.update(self.rewards.restart_hung_workers())
+        self.dump_samples(step, [r for g in kept for r in g])
+        samples = [r for g in kept for r in g if r.reward.failed is None and r.output_ids]
+        return (self.build_batch(samples) if samples else None), metrics
+
+    async def _generate_groups(self, prompts: list[Prompt], step: int, round_: int, n: int,
+                               temperature: float, validation: bool = False) -> list[list[Response]]:
+        prefix = "val" if validation else "train"
+        return await asyncio.gather(*(
+            asyncio.gather(*(self._respond(p, f"{prefix}-s{step}-r{round_}-p{k}", i, temperature, validation)
+                             for i in range(n)))
+            for k, p in enumerate(prompts)))
+
+    async def _respond(self, prompt: Prompt, group_id: str, index: int, temperature: float,
+                       validation: bool) -> Response:
+        """Generate one response, then score it right away (rewards overlap generation)."""
+        gen = self.cfg.actor_infer.generating_args
+        request = GenerationRequest(
+            request_id=f"{group_id}-{index}", prompt_ids=prompt.ids, max_new_tokens=gen.max_new_tokens,
+            temperature=temperature if gen.do_sample else 0.0, top_p=gen.top_p, top_k=gen.top_k,
+            seed=random.Random(f"{self.cfg.seed}-{group_id}-{index}").randrange(2**31),
+            stop_strings=list(gen.stop_strings))
+        try:
+            result = await self.router.generate(request)
+        except Exception as e:  # a dead or failing inference worker: this sample fails, counted
+            logger.warning("generation of %s failed: %s", request.request_id, e)
+            return Response(prompt, group_id, [], [], "", False,
+                            RewardResult(failed="inference_error", error=f"{type(e).__name__}: {str(e)[:300]}"))
+        text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+        sample = {**prompt.sample.fields, "response": text, "prompt_text": prompt.sample.prompt_text}
+        if not result.output_ids:
+            reward = RewardResult(failed="empty_response", error="EmptyResponse: no tokens generated")
+        else:
+            reward = await self.rewards.score(prompt.sample.tag, sample)
+        return Response(prompt, group_id, list(result.output_ids), list(result.logprobs), text,
+                        result.finish_reason == "length", reward)
+
+    def build_batch(self, samples: list[Response]) -> Batch:
+        """Right-padded [B, T] tensors with the fields of ``trajectories_to_batch``: the
+        response is turn 0, its reward sits on its last token."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        B = len(samples)
+        T = max(len(s.prompt.ids) + len(s.output_ids) for s in samples)
+        input_ids = torch.full((B, T), pad, dtype=torch.long)
+        attention_mask = torch.zeros((B, T), dtype=torch.long)
+        response_mask = torch.zeros((B, T), dtype=torch.long)
+        infer_logprobs = torch.zeros((B, T), dtype=torch.float32)
+        token_rewards = torch.zeros((B, T), dtype=torch.float32)
+        turn_ids = torch.full((B, T), -1, dtype=torch.long)
+        for i, s in enumerate(samples):
+            p, n = len(s.prompt.ids), len(s.output_ids)
+            input_ids[i, :p + n] = torch.tensor(s.prompt.ids + s.output_ids, dtype=torch.long)
+            attention_mask[i, :p + n] = 1
+            response_mask[i, p:p + n] = 1
+            infer_logprobs[i, p:p + n] = torch.tensor(s.logprobs, dtype=torch.float32)
+            token_rewards[i, p + n - 1] = float(s.reward.score)
+            turn_ids[i, p:p + n] = 0
+        tags = [s.tag for s in samples]
+        return Batch(
+            tensors={"input_ids": input_ids, "attention_mask": attention_mask,
+                     "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+                     "response_mask": response_mask, "infer_logprobs": infer_logprobs,
+                     "token_rewards": token_rewards, "turn_ids": turn_ids,
+                     "scores": torch.tensor([s.reward.score for s in samples], dtype=torch.float32)},
+            non_tensors={"group_id": [s.group_id for s in samples], "env_tag": tags, "tag": list(tags),
+                         "success": [bool(s.reward.success) for s in samples],
+                         "truncated": [bool(s.truncated) for s in samples],
+                         "terminated": [not s.truncated for s in samples],
+                         "prompt_id": [s.prompt.sample.id for s in samples]})
+
+    def _rollout_metrics(self, responses: list[Response], counts: dict[str, Counter], prefix: str = "") -> dict[str, float]:
+        """Per-domain reward and rollout metrics (``reward/<tag>/...``, ``rollout/<tag>/...``)."""
+        out: dict[str, float] = {}
+        by_tag: dict[str, list[Response]] = defaultdict(list)
+        for r in responses:
+            by_tag[r.tag].append(r)
+        for tag, rs in sorted(by_tag.items()):
+            ok = [r for r in rs if r.reward.failed is None]
+            out[f"{prefix}rollout/{tag}/samples"] = float(len(rs))
+            out[f"{prefix}rollout/{tag}/response_length"] = float(np.mean([len(r.output_ids) for r in rs]))
+            out[f"{prefix}rollout/{tag}/truncated_rate"] = float(np.mean([r.truncated for r in rs]))
+            out[f"{prefix}reward/{tag}/failed"] = float(len(rs) - len(ok))
+            if ok:
+                out[f"{prefix}reward/{tag}/score"] = float(np.mean([r.reward.score for r in ok]))
+                out[f"{prefix}reward/{tag}/success"] = float(np.mean([r.reward.success for r in ok]))
+                comps = {k for r in ok for k in r.reward.components}
+                for k in sorted(comps):
+                    vals = [r.reward.components[k] for r in ok if k in r.reward.components]
+                    out[f"{prefix}reward/{tag}/{k}"] = float(np.mean(vals))
+            kinds = Counter(r.reward.failed for r in rs if r.reward.failed)
+            for kind, n in kinds.items():
+                out[f"{prefix}reward/{tag}/failed_{kind}"] = float(n)
+        for tag, c in counts.items():
+            for k, v in c.items():
+                out[f"{prefix}rollout/{tag}/{k}"] = float(v)
+        if not prefix:
+            for k, v in self.rewards.metrics().items():  # error types per domain
+                if "/errors/" in k:
+                    out[k] = v
+        valid = [r for r in responses if r.reward.failed is None]
+        if valid:
+            out[f"{prefix}reward/score"] = float(np.mean([r.reward.score for r in valid]))
+            out[f"{prefix}reward/success"] = float(np.mean([r.reward.success for r in valid]))
+        out[f"{prefix}reward/failed"] = float(len(responses) - len(valid))
+        return out
+
+    def dump_samples(self, step: int, responses: list[Response]) -> None:
+        n = self.cfg.tracking.dump_trajectories
+        if n <= 0 or not responses:
+            return
+        picked, seen = [], set()
+        for r in responses:  # one per domain first, then the rest
+            if r.tag not in seen:
+                seen.add(r.tag)
+                picked.append(r)
+        picked += [r for r in responses if r not in picked][: max(0, n - len(picked))]
+        text = "\n".join(
+            f"## {r.group_id} tag={r.tag} score={r.reward.score:.3f} failed={r.reward.failed} {r.reward.error}\n"
+            f"PROMPT: {r.prompt.sample.prompt_text}\nRESPONSE: {r.text}\n" for r in picked[:max(n, len(seen))])
+        path = self.output_dir / "trajectories" / f"step-{step + 1:06d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        self.tracker.log_text("rollout/trajectories", text, step=step + 1)
+
+    # ================================================================ validation
+    def validate(self, step: int) -> dict[str, float]:
+        """One response per held-out prompt (``data.val_temperature``), scored per domain:
+        ``val/reward/<tag>/score`` etc. Up to ``val_batch_size`` prompts, domains in turn."""
+        if not self.val_prompts:
+            return {}
+        self.sync_weights(step)
+        by_tag: dict[str, list[Prompt]] = defaultdict(list)
+        for p in self.val_prompts:
+            by_tag[p.sample.tag].append(p)
+        chosen: list[Prompt] = []
+        for k in range(max(len(v) for v in by_tag.values())):
+            chosen += [v[k] for _, v in sorted(by_tag.items()) if k < len(v)]
+        chosen = chosen[: self.cfg.val_batch_size]
+        self.rewards.reset_counts()
+        groups = self.loop.run(self._generate_groups(chosen, step, 0, 1, self.cfg.data.val_temperature, validation=True))
+        return self._rollout_metrics([r for g in groups for r in g], {}, prefix="val/")
+
+    # ================================================================ checkpoint
+    def save_state(self, ckpt_dir: Path) -> dict[str, Any]:
+        self.actor_train.call("save", str(ckpt_dir / "actor_train"))
+        if self.critic is not None:
+            self.critic.call("save", str(ckpt_dir / "critic"))
+        return {"kl_coef": self.kl_ctl.state_dict(), "sampler": self.sampler.state_dict(), "version": self.version}
+
+    def load_state(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
+        self.actor_train.call("load", str(ckpt_dir / "actor_train"))
+        if self.critic is not None:
+            self.critic.call("load", str(ckpt_dir / "critic"))
+        self.kl_ctl.load_state_dict(state["kl_coef"])
+        self.sampler.load_state_dict(state["sampler"])
+        # version stays 0: the inference workers still serve the pretrained weights, so the
+        # first step after resume syncs the restored ones
+
+    def shutdown(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+        super().shutdown()
+
+    def status_line(self, metrics: dict[str, float]) -> str:
+        parts = [f"{k.split('/')[1]} {metrics[k]:.2f}" for k in sorted(metrics)
+                 if k.startswith("reward/") and k.endswith("/score") and k.count("/") == 2][:5]
+        if "actor/loss" in metrics:
+            parts.append(f"loss {metrics['actor/loss']:.3f}")
+        return " | ".join(parts)

@@ -1,0 +1,222 @@
+"""Reward workers: one Ray actor role per reward domain (``reward.<name>``), and the client
+the RLVR pipeline routes samples through.
+
+:class:`RewardWorker` (a Ray async actor, built by a Cluster like every role) holds one
+registered reward function (``rewards.<name>.reward_fn``) and scores one sample per
+``compute`` call, each in its own thread so a slow verifier does not block the others, with
+``timeout_s`` per sample. A function that raises, or runs past the timeout, gives a
+:class:`RewardResult` with ``failed`` set ("error" or "timeout") and the exception type;
+never a silent 0. A timed-out call's thread cannot be stopped; the worker counts such hung
+calls and the client restarts a worker that holds ``max_hung_calls`` of them.
+
+:class:`RewardClient` (driver side) routes a sample to its domain's workers by tag (least
+outstanding calls first), adds a backstop timeout around the Ray call, turns a dead actor
+into a failed result (and has the Cluster restart it), and keeps the per-domain counts the
+pipeline logs under ``reward/<tag>/``.
+
+For ``llm_judge`` the worker is given the judge role's inference workers and passes a
+:class:`roll.rewards.llm_judge.JudgeClient` to the function as its ``judge`` field.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from roll.registry import REWARDS
+from roll.rewards.base import RewardOutput
+from roll.utils.logging import get_logger
+from roll.workers.base import Worker
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class RewardResult:
+    """What a reward worker returns for one sample."""
+
+    score: float = 0.0
+    success: bool = False
+    failed: Optional[str] = None
+    """None, "error" (the function raised), "timeout", or "worker_died"."""
+    error: str = ""
+    """Exception type and message when failed."""
+    components: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+def _plain(value: Any) -> Any:
+    """Keep info JSON-like (a reward may put arbitrary objects there)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return repr(value)
+
+
+def score_sample(fn: Any, sample: dict, fields: dict) -> RewardResult:
+    """Call the reward function (in the calling thread) and convert its output or exception."""
+    t0 = time.perf_counter()
+    try:
+        out = fn(sample, **fields)
+        if not isinstance(out, RewardOutput):
+            raise TypeError(f"reward function returned {type(out).__name__}, expected RewardOutput")
+        score = float(out.score)
+        if score != score:  # NaN would poison group statistics
+            raise ValueError("reward function returned NaN")
+    except Exception as e:  # counted and surfaced by the caller, never scored
+        return RewardResult(failed="error", error=f"{type(e).__name__}: {str(e)[:300]}",
+                            elapsed_s=time.perf_counter() - t0)
+    return RewardResult(score=score, success=bool(out.success),
+                        components={k: float(v) for k, v in out.components.items()},
+                        info=_plain(out.info), elapsed_s=time.perf_counter() - t0)
+
+
+class RewardWorker(Worker):
+    """One domain's reward actor (see the module docstring)."""
+
+    collective = False
+
+    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, reward_config: Any,
+                 imports: Sequence[str] = (), judge_workers: Optional[list] = None,
+                 judge_model_path: Optional[str] = None, reward_fn: Optional[Any] = None, **kwargs: Any):
+        super().__init__(role, rank, world_size, worker_config, **kwargs)
+        self.reward_config = reward_config
+        self.override_fn = reward_fn  # a callable instead of the registry id (programmatic use, tests)
+        self.imports = list(imports)
+        self.judge_workers = judge_workers
+        self.judge_model_path = judge_model_path
+        self.fn = None
+        self.fields: dict[str, Any] = {}
+        self.executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.hung = 0
+        self.calls = 0
+
+    async def setup(self, master_addr: str, master_port: int) -> None:
+        for module in self.imports:  # user modules that register their own reward functions
+            importlib.import_module(module)
+        self.fn = self.override_fn or REWARDS.get(self.reward_config.reward_fn)
+        self.fields = dict(self.reward_config.reward_fn_args)
+        # hung threads are abandoned, so leave room for them beyond the concurrency
+        n = max(1, int(self.reward_config.max_concurrency)) + max(0, int(self.reward_config.max_hung_calls))
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix=f"{self.role}-{self.rank}")
+        self.sem = asyncio.Semaphore(max(1, int(self.reward_config.max_concurrency)))
+        if self.judge_workers:
+            from transformers import AutoTokenizer
+
+            from roll.rewards.llm_judge import JudgeClient
+
+            tok = await asyncio.to_thread(AutoTokenizer.from_pretrained, self.judge_model_path)
+            self.fields["judge"] = JudgeClient.from_workers(
+                self.judge_workers, tok, max_new_tokens=int(self.fields.get("max_new_tokens", 32)), seed=self.seed)
+
+    async def ping(self) -> dict[str, Any]:
+        return Worker.ping(self)
+
+    async def compute(self, sample: dict) -> RewardResult:
+        """Score one sample: the record's fields plus ``response`` (and ``prompt_text``)."""
+        loop = asyncio.get_running_loop()
+        timeout = float(self.reward_config.timeout_s)
+        async with self.sem:
+            self.calls += 1
+            t0 = time.perf_counter()
+            fut = loop.run_in_executor(self.executor, score_sample, self.fn, sample, self.fields)
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), timeout)
+            except asyncio.TimeoutError:
+                self.hung += 1
+                fut.add_done_callback(self._unhang)
+                self.logger.warning("%s: reward of sample %s timed out after %.1fs", self.role, sample.get("id"), timeout)
+                return RewardResult(failed="timeout", error=f"TimeoutError: no reward within {timeout:g}s",
+                                    elapsed_s=time.perf_counter() - t0)
+
+    def _unhang(self, _fut: Any) -> None:
+        self.hung -= 1
+
+    async def stats(self) -> dict[str, int]:
+        return {"hung": self.hung, "calls": self.calls}
+
+
+class RewardClient:
+    """Driver-side routing of samples to reward workers by domain tag (module docstring)."""
+
+    def __init__(self, clusters: dict[str, Any], tag_to_reward: dict[str, str], reward_configs: dict[str, Any]):
+        self.clusters = clusters
+        self.tag_to_reward = tag_to_reward
+        self.reward_configs = reward_configs
+        self.outstanding: dict[str, list[int]] = {name: [0] * c.world_size for name, c in clusters.items()}
+        self.reset_counts()
+
+    def reset_counts(self) -> None:
+        self.counts: dict[str, Counter] = defaultdict(Counter)
+
+    def _pick(self, name: str) -> int:
+        out = self.outstanding[name]
+        return min(range(len(out)), key=lambda i: (out[i], i))
+
+    async def score(self, tag: str, sample: dict) -> RewardResult:
+        name = self.tag_to_reward.get(tag)
+        if name is None:
+            raise KeyError(f"no reward configured for domain {tag!r}")
+        cluster = self.clusters[name]
+        rank = self._pick(name)
+        self.outstanding[name][rank] += 1
+        # backstop for a worker that cannot even answer (its own timeout handles the rest)
+        backstop = float(self.reward_configs[name].timeout_s) + 30.0
+        try:
+            result = await asyncio.wait_for(cluster.workers[rank].compute.remote(sample), backstop)
+        except asyncio.TimeoutError:
+            result = RewardResult(failed="timeout", error=f"TimeoutError: reward worker {name}/{rank} did not answer in {backstop:g}s")
+        except Exception as e:  # the actor died (RayActorError) or its call failed: the sample fails, counted
+            import ray
+
+            if isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+                cluster.report_dead(rank)
+            result = RewardResult(failed="worker_died", error=f"{type(e).__name__}: {str(e)[:300]}")
+        finally:
+            self.outstanding[name][rank] -= 1
+        c = self.counts[tag]
+        c["samples"] += 1
+        if result.failed:
+            c["failed"] += 1
+            c[f"failed_{result.failed}"] += 1
+            c[f"errors/{result.error.split(':', 1)[0]}"] += 1
+        return result
+
+    def restart_hung_workers(self) -> dict[str, float]:
+        """Restart workers holding too many hung calls; call between steps (blocking)."""
+        import ray
+
+        metrics: dict[str, float] = {}
+        for name, cluster in self.clusters.items():
+            limit = int(self.reward_configs[name].max_hung_calls)
+            cluster.ensure_ready()
+            stats = ray.get([w.stats.remote() for w in cluster.workers], timeout=60)
+            hung = [s["hung"] for s in stats]
+            metrics[f"reward/{name}/hung_calls"] = float(sum(hung))
+            for rank, h in enumerate(hung):
+                if limit > 0 and h >= limit:
+                    logger.warning("reward.%s rank %d holds %d hung calls: restarting it", name, rank, h)
+                    ray.kill(cluster.workers[rank], no_restart=False)
+                    cluster.report_dead(rank)
+                    metrics[f"reward/{name}/worker_restarts"] = metrics.get(f"reward/{name}/worker_restarts", 0.0) + 1
+            cluster.ensure_ready()
+        return metrics
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for tag, c in self.counts.items():
+            n = max(1, c["samples"])
+            out[f"reward/{tag}/failed"] = float(c["failed"])
+            out[f"reward/{tag}/failed_rate"] = c["failed"] / n
+            for k, v in c.items():
+                if k.startswith("failed_") or k.startswith("errors/"):
+                    out[f"reward/{tag}/{k}"] = float(v)
+        return out
