@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     p.add_argument("--no-gym-sokoban", action="store_true", help="skip installing the reference package")
     args = p.parse_args(argv)
-    n_ours, n_theirs, n_steps, args.agent_seeds = (200, 60, 5000, 50) if args.quick else (1000, 300, 30000, 500)
+    n_ours, n_theirs, n_steps, args.agent_seeds = (200, 40, 3000, 30) if args.quick else (1000, 300, 30000, 500)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="roll-bench-envs-") as tmp:
         gs = None if args.no_gym_sokoban else GymSokoban(tmp)
