@@ -206,8 +206,11 @@ class BasePipeline:
 
     def _make_tracker(self) -> None:
         log_dir = Path(self.cfg.tracking.log_dir or self.output_dir / "logs")
+        # A resumed run continues the tracker at the checkpoint's step (records after it are
+        # dropped: the resumed run writes them again).
+        resume_step = CheckpointManager.read_state(self.resume_from)["step"] if self.resume_from is not None else None
         self.tracker = create_tracker(self.cfg.tracking, run_name=self.cfg.exp_name, log_dir=str(log_dir),
-                                      config_dict=to_dict(self.cfg), resume_step=self.start_step or None)
+                                      config_dict=to_dict(self.cfg), resume_step=resume_step)
 
     def run(self) -> None:
         cfg = self.cfg
