@@ -155,24 +155,28 @@ class Sandbox:
         try:
             uid = self.config.root_uid_base if mode == "root" else None
             argv = self._argv(mode, ["/bin/true"], [], w, uid)
-            return run_probe(argv, pass_fds=(w,))
+            return run_probe(argv, pass_fds=(w,), **self._launch_user(mode))
         finally:
             os.close(r)
             os.close(w)
 
     def _argv(self, mode: str, command: list[str], files: list[tuple[int, str]], status_fd: int,
               uid: int | None) -> list[str]:
+        """The launcher's command line (started with :meth:`_launch_user`)."""
         cfg, tools = self.config, self._tools
         env = {**_SANDBOX_ENV, "HOME": cfg.work_dir, "TMPDIR": cfg.work_dir, **cfg.env}
         inner = init_args(cfg, tools.timeout) + prlimit_args(cfg, tools.prlimit)
         if mode == "root":
             inner += drop_privileges_args(tools.setpriv, uid, uid)
-        outer: list[str] = []
+        return bwrap_args(cfg, tools, mode, files, status_fd, env) + inner + command
+
+    def _launch_user(self, mode: str) -> dict:
+        """Popen arguments that start bwrap as the unprivileged uid in userns mode as root: bwrap
+        started by root would map the sandbox user to root on the host, where RLIMIT_NPROC is
+        not enforced. (Popen switches user between fork and exec: one exec fewer than setpriv.)"""
         if mode == "userns" and os.geteuid() == 0:
-            # bwrap started by root would map the sandbox user to root on the host, where
-            # RLIMIT_NPROC is not enforced: become the unprivileged uid before bwrap starts.
-            outer = [tools.setpriv, f"--reuid={cfg.uid}", f"--regid={cfg.gid}", "--clear-groups", "--"]
-        return outer + bwrap_args(cfg, tools, mode, files, status_fd, env) + inner + command
+            return {"user": self.config.uid, "group": self.config.gid, "extra_groups": []}
+        return {}
 
     def _run_bwrap(self, mode: str, command: list[str], stdin: bytes, contents: dict[str, bytes],
                    timeout: float, lease) -> ExecutionResult:
@@ -192,7 +196,7 @@ class Sandbox:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     pass_fds=[status_w] + [fd for fd, _ in fds], env=LAUNCH_ENV, cwd="/",
-                    start_new_session=True,
+                    start_new_session=True, **self._launch_user(mode),
                 )
             except OSError as e:
                 raise SandboxError(f"could not start bwrap: {e}") from e
