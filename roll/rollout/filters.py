@@ -26,8 +26,7 @@ def drop_zero_variance(group: list[Trajectory], eps: float = 1e-6) -> bool:
 
 @FILTERS.register("success_rate_band")
 def success_rate_band(group: list[Trajectory], low: float = 0.0, high: float = 1.0) -> bool:
-    """Keep groups whose success rate lies strictly inside (low, high) when they differ from the
-    defaults' closed band: with low=0, high=1 every group is kept; low=0.01, high=0.99 keeps only
+    """Keep groups whose success rate lies in [low, high]; low=0.01, high=0.99 keeps only
     groups with both successes and failures."""
     seen: dict[str, bool] = {}
     for t in group:

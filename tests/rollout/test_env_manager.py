@@ -159,3 +159,29 @@ def test_inference_errors_are_typed(tok):
 
     [traj] = run_episode(tok, "roll/FrozenLake-v0", Failing(tok))
     assert traj.failure == "inference_error" and "engine gone" in traj.failure_detail
+
+
+THINK_STRIPPING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and not loop.last %}{{ m['content'].split('</think>')[-1] }}"
+    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_history_rewriting_template_keeps_what_the_model_saw(tok):
+    """Documented non-prefix-stable case: a template that strips <think> from earlier assistant
+    turns (as Qwen3's does). The trajectory keeps the generated ids, thinking included."""
+    import copy
+
+    tok2 = copy.deepcopy(tok)
+    tok2.chat_template = THINK_STRIPPING_TEMPLATE
+    client = ScriptedClient(tok2, answer=lambda p, s: "<think>plan</think><answer>Left</answer>")
+    [traj] = run_episode(tok2, "rolltest/Countdown-v0", client, seed=2, max_turns=5)
+    assert traj.num_turns == 3
+    rerendered = render_ids(tok2, EnvConfig(env_id="x").system_prompt, traj.messages)
+    assert traj.input_ids != rerendered  # the template would rewrite history
+    assert tok2.decode(traj.input_ids).count("<think>plan</think>") == 3  # what the model saw and produced
+    for span, req in zip(model_spans(traj), client.requests):
+        assert [traj.input_ids[i] for i in span] == client.output_ids(req)
+        assert req.prompt_ids == traj.input_ids[: span[0]]
