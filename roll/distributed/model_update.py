@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from typing import Any, Optional, Sequence
 
 import torch
@@ -99,6 +100,7 @@ class WeightSender:
         self.bcast_receivers: list[Any] = []
         self.group = None
         self.store = None
+        self.name = ""
 
     def attach_shared(self, layouts: Sequence[dict]) -> None:
         from multiprocessing import resource_tracker, shared_memory
@@ -122,7 +124,8 @@ class WeightSender:
                 logger.warning("shared weight block %s still referenced; left mapped", shm.name)
         self._shms = []
 
-    def init_broadcast(self, master_addr: str, master_port: int, world_size: int, receivers: list[Any], timeout_s: float) -> None:
+    def init_broadcast(self, name: str, master_addr: str, master_port: int, world_size: int, receivers: list[Any], timeout_s: float) -> None:
+        self.name = name
         self.group, self.store = new_broadcast_group(master_addr, master_port, world_size, 0, timeout_s)
         self.bcast_receivers = list(receivers)
 
@@ -153,7 +156,7 @@ class WeightSender:
             if self.bcast_receivers:
                 ray.get(pending, timeout=timeout_s)  # previous bucket fully received before reusing the group
                 meta = bucket_meta(bucket)
-                pending = [r.recv_weight_bucket.remote(meta, version) for r in self.bcast_receivers]
+                pending = [r.recv_weight_bucket.remote(self.name, meta, version) for r in self.bcast_receivers]
                 self.group.broadcast(flatten_bucket(bucket), 0).wait()
         if pending:
             ray.get(pending, timeout=timeout_s)
@@ -175,6 +178,7 @@ class ModelUpdateGroup:
         self.mode = mode
         self.timeout_s = float(timeout_s or train_cluster.call_timeout_s)
         self.version = 0
+        self.name = f"mug-{uuid.uuid4().hex[:8]}"  # trainer and inference workers keep per-group link state
         self._ray = ray
         self._links_pids: dict[tuple[int, int], int] = {}
         self.paths: dict[tuple[int, int], str] = {}
@@ -206,53 +210,55 @@ class ModelUpdateGroup:
         infos = ray.get([w.ping.remote() for _, _, w in receivers], timeout=self.timeout_s)
         self.paths = {(c, r): self._choose_path(c, r, info, trainer_info) for (c, r, _), info in zip(receivers, infos)}
         self._links_pids = {(c, r): info["pid"] for (c, r, _), info in zip(receivers, infos)}
-        self._trainer_pid = trainer_info["pid"]
+        self.train.call("weight_sync_reset", self.name)
         colocated = [(c, r, w) for c, r, w in receivers if self.paths[(c, r)] == "colocated"]
         bcast = [w for c, r, w in receivers if self.paths[(c, r)] == "broadcast"]
         on_gpu = trainer_info.get("device") == "cuda"
         if colocated and not on_gpu:
             layouts = ray.get([w.shared_weight_layout.remote() for _, _, w in colocated], timeout=self.timeout_s)
-            self.train.call("weight_sync_attach_shared", layouts, mode="rank0")
+            self.train.call("weight_sync_attach_shared", self.name, layouts, mode="rank0")
         elif colocated:
-            self.train.call("weight_sync_set_ipc_receivers", [w for _, _, w in colocated], mode="rank0")
+            self.train.call("weight_sync_set_ipc_receivers", self.name, [w for _, _, w in colocated], mode="rank0")
         if bcast:
             addr, port = self.train.call("master_address", mode="rank0")
             world = 1 + len(bcast)
-            refs = [w.init_weight_broadcast.remote(addr, port, world, i + 1, self.timeout_s) for i, w in enumerate(bcast)]
-            self.train.call("weight_sync_init_broadcast", addr, port, world, bcast, self.timeout_s, mode="rank0")
+            refs = [w.init_weight_broadcast.remote(self.name, addr, port, world, i + 1, self.timeout_s) for i, w in enumerate(bcast)]
+            self.train.call("weight_sync_init_broadcast", self.name, addr, port, world, bcast, self.timeout_s, mode="rank0")
             ray.get(refs, timeout=self.timeout_s)
         logger.info("model update links: %s", {f"{self.infers[c].role}[{r}]": p for (c, r), p in self.paths.items()})
-
-    def _links_stale(self) -> bool:
-        ray = self._ray
-        for cl in self.infers:
-            cl.ensure_ready()
-        self.train.ensure_ready()
-        infos = ray.get([w.ping.remote() for _, _, w in self._receivers()], timeout=self.timeout_s)
-        if self.train.call("ping", mode="rank0")["pid"] != self._trainer_pid:
-            return True
-        return any(self._links_pids.get((c, r)) != info["pid"] for (c, r, _), info in zip(self._receivers(), infos))
 
     # ---- update -----------------------------------------------------------------------------------
     def update(self, version: Optional[int] = None) -> dict[str, float]:
         """Send the trainer's current weights as ``version`` (default: previous + 1); returns
-        ``model_update/*`` metrics. Raises if any inference worker does not serve it afterwards."""
+        ``model_update/*`` metrics. Raises if any inference worker does not serve it afterwards.
+
+        Three sequential Ray round trips: pause the receivers (they answer with their pid, so a
+        restarted worker is noticed), send (trainer rank 0 answers ``linked: False`` when it
+        restarted and lost its links), publish the version and resume (answers the version)."""
         ray = self._ray
         version = self.version + 1 if version is None else int(version)
-        if self._links_stale():
+        for attempt in range(2):
+            self.train.ensure_ready()
+            for cl in self.infers:
+                cl.ensure_ready()
+            t0 = time.perf_counter()
+            workers = [w for _, _, w in self._receivers()]
+            pids = ray.get([w.begin_weight_update.remote(self.timeout_s) for w in workers], timeout=self.timeout_s)
+            stale = any(self._links_pids.get((c, r)) != pid for (c, r, _), pid in zip(self._receivers(), pids))
+            stats, sent = {}, False
+            try:
+                if not stale:
+                    stats = self.train.call("weight_sync_send", self.name, version, self.bucket_size_mb, timeout_s=self.timeout_s)[0]
+                    sent = bool(stats.get("linked", True))
+            finally:
+                # resume generation in any case; only a complete send publishes the version
+                served = ray.get([w.finish_weight_update.remote(version if sent else None) for w in workers], timeout=self.timeout_s)
+            if sent:
+                break
+            if attempt == 1:
+                raise RuntimeError("weight-sync links could not be re-established after a restart")
             logger.warning("a trainer or inference worker restarted since the last update: rebuilding weight-sync links")
             self._build_links()
-        t0 = time.perf_counter()
-        workers = [w for _, _, w in self._receivers()]
-        ray.get([w.begin_weight_update.remote(self.timeout_s) for w in workers], timeout=self.timeout_s)
-        sent = False
-        try:
-            stats = self.train.call("weight_sync_send", version, self.bucket_size_mb, timeout_s=self.timeout_s)[0]
-            sent = True
-        finally:
-            # resume generation even if the send failed; only a complete send publishes the version
-            done = ray.get([w.finish_weight_update.remote(version if sent else None) for w in workers], timeout=self.timeout_s)
-        served = ray.get([w.policy_version.remote() for w in workers], timeout=self.timeout_s)
         wrong = [f"{self.infers[c].role} rank {r} serves {v}" for (c, r, _), v in zip(self._receivers(), served) if v != version]
         if wrong:
             raise RuntimeError(f"weight update to version {version} incomplete: {'; '.join(wrong)}")
@@ -260,4 +266,4 @@ class ModelUpdateGroup:
         elapsed = time.perf_counter() - t0
         return {"model_update/time_s": elapsed, "model_update/send_s": stats["send_s"], "model_update/bytes": stats["bytes"],
                 "model_update/buckets": stats["buckets"], "model_update/version": float(version),
-                "model_update/receivers": float(len(done))}
+                "model_update/receivers": float(len(served))}

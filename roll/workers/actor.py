@@ -33,7 +33,7 @@ class ActorWorker(Worker):
         super().__init__(role, rank, world_size, worker_config, **kwargs)
         self.num_training_steps = num_training_steps
         self.strategy = None
-        self.sender = WeightSender()
+        self.senders: dict[str, WeightSender] = {}  # one per ModelUpdateGroup
 
     def setup(self, master_addr: str, master_port: int) -> None:
         from roll.strategies.torch_train import init_process_group
@@ -76,15 +76,25 @@ class ActorWorker(Worker):
         self.strategy.load(path)
 
     # ---- weight sync (trainer side) -------------------------------------------------------------
-    def weight_sync_attach_shared(self, layouts: list[dict]) -> None:
-        self.sender.attach_shared(layouts)
+    def weight_sync_reset(self, group: str) -> None:
+        old = self.senders.pop(group, None)
+        if old is not None:
+            old.detach_shared()
+        self.senders[group] = WeightSender()
 
-    def weight_sync_set_ipc_receivers(self, receivers: list[Any]) -> None:
-        self.sender.ipc_receivers = list(receivers)
+    def weight_sync_attach_shared(self, group: str, layouts: list[dict]) -> None:
+        self.senders[group].attach_shared(layouts)
 
-    def weight_sync_init_broadcast(self, master_addr: str, master_port: int, world_size: int, receivers: list[Any], timeout_s: float) -> None:
-        self.sender.init_broadcast(master_addr, master_port, world_size, receivers, timeout_s)
+    def weight_sync_set_ipc_receivers(self, group: str, receivers: list[Any]) -> None:
+        self.senders[group].ipc_receivers = list(receivers)
 
-    def weight_sync_send(self, version: int, bucket_size_mb: int) -> dict[str, float]:
+    def weight_sync_init_broadcast(self, group: str, master_addr: str, master_port: int, world_size: int,
+                                   receivers: list[Any], timeout_s: float) -> None:
+        self.senders[group].init_broadcast(group, master_addr, master_port, world_size, receivers, timeout_s)
+
+    def weight_sync_send(self, group: str, version: int, bucket_size_mb: int) -> dict[str, float]:
+        if group not in self.senders:
+            return {"linked": False}  # restarted since the links were built: the group rebuilds them
         buckets = self.strategy.named_parameters_for_sync(bucket_size_mb)
-        return self.sender.send(buckets, version, self.rank == 0, self.worker_config.call_timeout_s)
+        sender = self.senders[group]  # ranks > 0 only drain the generator (FSDP gathers are collective)
+        return sender.send(buckets, version, self.rank == 0, self.worker_config.call_timeout_s)

@@ -15,6 +15,7 @@ and the receiving side of roll/distributed/model_update.py (``begin_weight_updat
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Optional
 
 from roll.data.batch import Batch
@@ -30,7 +31,7 @@ class InferenceWorker(Worker):
     def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, **kwargs: Any):
         super().__init__(role, rank, world_size, worker_config, **kwargs)
         self.strategy = None
-        self.receiver = WeightReceiver()
+        self.receivers: dict[str, WeightReceiver] = {}  # one per ModelUpdateGroup
 
     async def setup(self, master_addr: str, master_port: int) -> None:
         cls = STRATEGIES.get(self.worker_config.strategy_args.strategy_name)
@@ -64,9 +65,11 @@ class InferenceWorker(Worker):
     async def update_weights(self, named_tensors: list, version: int, last_bucket: bool = True) -> None:
         await asyncio.to_thread(self.strategy.update_weights, named_tensors, version, last_bucket)
 
-    async def begin_weight_update(self, timeout_s: float = 600.0) -> None:
+    async def begin_weight_update(self, timeout_s: float = 600.0) -> int:
+        """Pause generation for an update; returns this process's pid (restart detection)."""
         if hasattr(self.strategy, "pause"):
             await self.strategy.pause(timeout_s)
+        return os.getpid()
 
     async def finish_weight_update(self, version: Optional[int]) -> int:
         """Publish ``version`` (None: the update failed, keep the old one) and resume generation."""
@@ -82,11 +85,13 @@ class InferenceWorker(Worker):
     async def shared_weight_layout(self) -> dict:
         return await asyncio.to_thread(self.strategy.shared_weight_layout)
 
-    async def init_weight_broadcast(self, master_addr: str, master_port: int, world_size: int, rank: int, timeout_s: float) -> None:
-        await asyncio.to_thread(self.receiver.init, master_addr, master_port, world_size, rank, timeout_s)
+    async def init_weight_broadcast(self, group: str, master_addr: str, master_port: int, world_size: int, rank: int,
+                                    timeout_s: float) -> None:
+        self.receivers[group] = WeightReceiver()
+        await asyncio.to_thread(self.receivers[group].init, master_addr, master_port, world_size, rank, timeout_s)
 
-    async def recv_weight_bucket(self, meta: list, version: int) -> None:
-        named = await asyncio.to_thread(self.receiver.recv, meta, self._device())
+    async def recv_weight_bucket(self, group: str, meta: list, version: int) -> None:
+        named = await asyncio.to_thread(self.receivers[group].recv, meta, self._device())
         await asyncio.to_thread(self.strategy.update_weights, named, version, False)
 
     async def update_weights_ipc(self, handles: list, version: int, last_bucket: bool = False) -> None:
