@@ -11,13 +11,17 @@ Measured side by side in one run, on the same program (read a line from stdin, p
   * executions per second at concurrency 1 and 2 (threads over a SandboxPool, and over a
     thread pool of plain subprocesses);
   * one code_sandbox reward call on a 4-case stdin/stdout problem (4 executions).
-Per-run overhead = median sandbox wall time - median plain wall time (target: under 50 ms).
+Per-run overhead = median sandbox wall time - median plain wall time (target: under 50 ms),
+also as the best case (10th percentile) and as CPU time (this process and its children, which
+does not depend on how loaded the machine is; wall time on a busy machine grows with the load
+because the sandbox has more processes to schedule).
 Last line: RESULT key=value ...
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import platform
 import re
 import statistics
@@ -53,6 +57,16 @@ def sandbox_run(pool, i: int) -> float:
     return time.perf_counter() - t0
 
 
+def cpu_s() -> float:
+    """CPU time of this process and its reaped children (sequential runs only)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def p10(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 10]
+
+
 def throughput(fn, n: int, concurrency: int) -> float:
     """Executions per second of ``fn(i)`` for i < n with ``concurrency`` threads."""
     t0 = time.perf_counter()
@@ -82,13 +96,21 @@ def main(argv: list[str] | None = None) -> dict:
         plain_run(i)
         sandbox_run(pool1, i)
 
-    plain_t, sandbox_t = [], []
+    load_before = os.getloadavg()[0]
+    plain_t, sandbox_t, plain_cpu, sandbox_cpu = [], [], 0.0, 0.0
     for i in range(n):  # alternate so load changes affect both sides alike
+        c0 = cpu_s()
         plain_t.append(plain_run(i))
+        c1 = cpu_s()
         sandbox_t.append(sandbox_run(pool1, i))
+        c2 = cpu_s()
+        plain_cpu += c1 - c0
+        sandbox_cpu += c2 - c1
     plain_ms = statistics.median(plain_t) * 1e3
     sandbox_ms = statistics.median(sandbox_t) * 1e3
     overhead_ms = sandbox_ms - plain_ms
+    overhead_p10_ms = (p10(sandbox_t) - p10(plain_t)) * 1e3
+    plain_cpu_ms, sandbox_cpu_ms = plain_cpu / n * 1e3, sandbox_cpu / n * 1e3
 
     tput = {
         "plain_c1": throughput(plain_run, n, 1),
@@ -115,6 +137,13 @@ def main(argv: list[str] | None = None) -> dict:
         "sandbox_ms": round(sandbox_ms, 2),
         "overhead_ms": round(overhead_ms, 2),
         "overhead_target_met": overhead_ms < 50.0,
+        "plain_p10_ms": round(p10(plain_t) * 1e3, 2),
+        "sandbox_p10_ms": round(p10(sandbox_t) * 1e3, 2),
+        "overhead_p10_ms": round(overhead_p10_ms, 2),
+        "plain_cpu_ms": round(plain_cpu_ms, 2),
+        "sandbox_cpu_ms": round(sandbox_cpu_ms, 2),
+        "overhead_cpu_ms": round(sandbox_cpu_ms - plain_cpu_ms, 2),
+        "load_avg_1min": round(load_before, 1),
         "plain_exec_per_s_c1": round(tput["plain_c1"], 1),
         "sandbox_exec_per_s_c1": round(tput["sandbox_c1"], 1),
         "plain_exec_per_s_c2": round(tput["plain_c2"], 1),
@@ -125,7 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
         "elapsed_s": round(elapsed, 1),
     }
     print(f"isolation mode: {mode}; {n} runs per measure")
-    print(f"median wall per run: plain {plain_ms:.1f} ms, sandbox {sandbox_ms:.1f} ms -> overhead {overhead_ms:.1f} ms")
+    print(f"median wall per run: plain {plain_ms:.1f} ms, sandbox {sandbox_ms:.1f} ms -> overhead {overhead_ms:.1f} ms "
+          f"(p10: {overhead_p10_ms:.1f} ms; load average {load_before:.1f} on {os.cpu_count()} cores)")
+    print(f"CPU per run: plain {plain_cpu_ms:.1f} ms, sandbox {sandbox_cpu_ms:.1f} ms -> overhead {sandbox_cpu_ms - plain_cpu_ms:.1f} ms")
     for c in (1, 2):
         print(f"concurrency {c}: plain {tput[f'plain_c{c}']:.1f}/s, sandbox {tput[f'sandbox_c{c}']:.1f}/s")
     print(f"code_sandbox reward, 4 stdin/stdout cases: {reward_ms:.1f} ms median")
@@ -141,7 +172,7 @@ def write_docs(res: dict, quick: bool) -> None:
         SECTION,
         "",
         f"`{cmd}` ({res['runs']} runs per measure, {res['elapsed_s']} s; {platform.machine()}, "
-        f"{os.cpu_count()} CPU cores shared with other work, Python {platform.python_version()} driver, "
+        f"{os.cpu_count()} CPU cores shared with other work, 1-minute load average {res['load_avg_1min']} at the start, Python {platform.python_version()} driver, "
         f"isolation mode `{res['isolation']}`). The program reads a line and prints it; the baseline "
         f"is plain `subprocess.run` of the same system Python on the same script, measured in "
         f"alternation with the sandbox in the same run.",
@@ -150,6 +181,8 @@ def write_docs(res: dict, quick: bool) -> None:
         "|---|---|---|---|",
         f"| median wall time per run | {res['plain_ms']} ms | {res['sandbox_ms']} ms | "
         f"overhead **{res['overhead_ms']} ms** per run (target < 50 ms: {'met' if res['overhead_target_met'] else 'NOT met'}) |",
+        f"| 10th percentile wall time per run | {res['plain_p10_ms']} ms | {res['sandbox_p10_ms']} ms | overhead {res['overhead_p10_ms']} ms |",
+        f"| CPU time per run (parent + children) | {res['plain_cpu_ms']} ms | {res['sandbox_cpu_ms']} ms | overhead {res['overhead_cpu_ms']} ms |",
         f"| executions/s, concurrency 1 | {res['plain_exec_per_s_c1']} | {res['sandbox_exec_per_s_c1']} | {res['sandbox_vs_plain_c1']}x |",
         f"| executions/s, concurrency 2 | {res['plain_exec_per_s_c2']} | {res['sandbox_exec_per_s_c2']} | {res['sandbox_vs_plain_c2']}x |",
         f"| code_sandbox reward, 4 stdin/stdout cases (4 executions, 2 at a time) | | {res['reward_4case_ms']} ms | |",

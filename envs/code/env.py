@@ -34,7 +34,7 @@ attempt you see how many tests passed and the first failing test. You have {turn
 the episode ends when all tests pass."""
 
 # Defaults for running model code from the env: short, because a rollout waits on them.
-DEFAULT_SANDBOX = {"timeout_s": 5.0, "cpu_time_s": 4.0, "memory_mb": 1024}
+DEFAULT_SANDBOX = {"timeout_s": 5.0, "cpu_time_s": 4.0, "memory_mb": 512}
 
 
 class CodeSandboxEnv(gym.Env[str, str]):

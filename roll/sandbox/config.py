@@ -15,11 +15,12 @@ class SandboxConfig:
     """Wall-clock limit of one execution; the whole sandbox is killed when it passes."""
     cpu_time_s: float = 5.0
     """CPU-time limit (RLIMIT_CPU, rounded up to whole seconds) of each process in the sandbox."""
-    memory_mb: int = 1024
-    """Address-space limit (RLIMIT_AS) of each process, in MiB."""
+    memory_mb: int = 512
+    """Address-space limit (RLIMIT_AS) of each process, in MiB. Without cgroups the memory of a
+    whole execution is bounded by max_processes x memory_mb."""
     file_size_mb: int = 16
     """Largest file a process may write (RLIMIT_FSIZE), in MiB."""
-    max_processes: int = 32
+    max_processes: int = 16
     """Processes and threads the sandbox user may hold at once (RLIMIT_NPROC)."""
     max_open_files: int = 64
     """Open file descriptors per process (RLIMIT_NOFILE)."""

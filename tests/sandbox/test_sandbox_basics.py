@@ -56,7 +56,8 @@ def test_environment_is_cleared_and_user_is_unprivileged(sandbox, monkeypatch):
     else:
         assert int(uid) >= TIGHT.root_uid_base
     assert (cwd, host) == (TIGHT.work_dir, "sandbox")
-    assert eval(lines[1]) == ["HOME", "LANG", "PATH", "PWD", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "TMPDIR"]
+    assert eval(lines[1]) == ["HOME", "LANG", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PATH", "PWD",
+                              "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "TMPDIR"]
     assert int(lines[2], 16) == 0  # no capabilities at all
 
 
