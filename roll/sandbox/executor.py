@@ -112,6 +112,8 @@ class Sandbox:
     ) -> ExecutionResult:
         """Run Python source ``code`` (saved as ``script_name`` in the work dir) with the sandbox
         interpreter."""
+        if not os.access(self.config.python, os.X_OK):  # the sandbox sees the host's /usr
+            raise SandboxUnavailable(f"sandbox interpreter {self.config.python!r} not found or not executable")
         all_files = dict(files or {})
         if script_name in all_files:
             raise ValueError(f"files already holds {script_name!r}, the script's own name")

@@ -99,6 +99,11 @@ def test_config_validation():
     assert as_config({"timeout_s": 3}).timeout_s == 3
 
 
+def test_missing_interpreter_is_an_infrastructure_error():
+    with pytest.raises(SandboxUnavailable, match="interpreter"):
+        Sandbox(TIGHT.replace(python="/usr/bin/no-such-python")).run_python("print(1)")
+
+
 def test_missing_bwrap_is_refused_with_a_clear_error():
     sb = Sandbox(SandboxConfig(bwrap="/nonexistent/bwrap"))
     with pytest.raises(SandboxUnavailable, match="bubblewrap.*allow_unsafe_fallback"):
