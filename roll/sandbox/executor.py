@@ -20,6 +20,7 @@ from roll.sandbox.config import SandboxConfig, as_config
 from roll.sandbox.isolation import (
     LAUNCH_ENV,
     SandboxError,
+    SandboxUnavailable,
     UidLeases,
     bwrap_args,
     check_file_name,
