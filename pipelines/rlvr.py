@@ -227,8 +227,8 @@ class RLVRPipeline(BasePipeline):
         cfg = self.cfg
         need = cfg.rollout_batch_size // self.group_size
         kept: list[list[Response]] = []
+        generated: list[Response] = []
         counts: dict[str, Counter] = defaultdict(Counter)
-        self.rewards.reset_counts()
         rounds = 0
         with self.timer("rollout"):
             while len(kept) < need and rounds <= cfg.data.max_sampling_rounds:
@@ -236,28 +236,36 @@ class RLVRPipeline(BasePipeline):
                 groups = self.loop.run(self._generate_groups(prompts, step, rounds, self.group_size,
                                                              cfg.actor_infer.generating_args.temperature))
                 for group in groups:
-                    tag = group[0].tag
-                    valid = [r for r in group if r.reward.failed is None and r.output_ids]
-                    counts[tag]["groups"] += 1
-                    if not valid:
-                        counts[tag]["groups_all_failed"] += 1
-                        continue
-                    scores = [r.reward.score for r in valid]
-                    rc = cfg.rewards[self.tag_to_reward[tag]]
-                    if rc.drop_uniform_groups and max(scores) - min(scores) <= 1e-6:
-                        counts[tag]["groups_filtered"] += 1
-                        continue
-                    kept.append(group)
+                    generated += group
+                    verdict = self.query_filter(group)
+                    counts[group[0].tag]["groups"] += 1
+                    if verdict == "keep":
+                        kept.append(group)
+                    else:
+                        counts[group[0].tag][f"groups_{verdict}"] += 1
                 rounds += 1
-        metrics = self._rollout_metrics([r for g in kept for r in g], counts)
-        metrics["rollout/sampling_rounds"] = float(rounds)
+        # every generated response counts in the reward metrics, also those of dropped groups
+        metrics = self._rollout_metrics(generated, counts)
+        metrics["rollout/refill_rounds"] = float(rounds - 1)
         metrics["rollout/groups_kept"] = float(len(kept))
         metrics["rollout/groups_short"] = float(max(0, need - len(kept)))
         with self.timer("reward_health"):
             metrics.update(self.rewards.restart_hung_workers())
-        self.dump_samples(step, [r for g in kept for r in g])
+        self.dump_samples(step, generated)
         samples = [r for g in kept for r in g if r.reward.failed is None and r.output_ids]
+        metrics["rollout/batch_samples"] = float(len(samples))
         return (self.build_batch(samples) if samples else None), metrics
+
+    def query_filter(self, group: list[Response]) -> str:
+        """"keep", or why the group is dropped: "all_failed" (no response has a reward), or
+        "filtered" (its domain sets drop_uniform_groups and all rewards are equal)."""
+        valid = [r for r in group if r.reward.failed is None and r.output_ids]
+        if not valid:
+            return "all_failed"
+        scores = [r.reward.score for r in valid]
+        if self.cfg.rewards[self.tag_to_reward[group[0].tag]].drop_uniform_groups and max(scores) - min(scores) <= 1e-6:
+            return "filtered"
+        return "keep"
 
     async def _generate_groups(self, prompts: list[Prompt], step: int, round_: int, n: int,
                                temperature: float, validation: bool = False) -> list[list[Response]]:
@@ -343,16 +351,14 @@ class RLVRPipeline(BasePipeline):
                 for k in sorted(comps):
                     vals = [r.reward.components[k] for r in ok if k in r.reward.components]
                     out[f"{prefix}reward/{tag}/{k}"] = float(np.mean(vals))
-            kinds = Counter(r.reward.failed for r in rs if r.reward.failed)
-            for kind, n in kinds.items():
+            failed = [r.reward for r in rs if r.reward.failed]
+            for kind, n in Counter(f.failed for f in failed).items():
                 out[f"{prefix}reward/{tag}/failed_{kind}"] = float(n)
+            for etype, n in Counter(f.error.split(":", 1)[0] for f in failed).items():
+                out[f"{prefix}reward/{tag}/errors/{etype}"] = float(n)
         for tag, c in counts.items():
             for k, v in c.items():
                 out[f"{prefix}rollout/{tag}/{k}"] = float(v)
-        if not prefix:
-            for k, v in self.rewards.metrics().items():  # error types per domain
-                if "/errors/" in k:
-                    out[k] = v
         valid = [r for r in responses if r.reward.failed is None]
         if valid:
             out[f"{prefix}reward/score"] = float(np.mean([r.reward.score for r in valid]))
@@ -392,7 +398,6 @@ class RLVRPipeline(BasePipeline):
         for k in range(max(len(v) for v in by_tag.values())):
             chosen += [v[k] for _, v in sorted(by_tag.items()) if k < len(v)]
         chosen = chosen[: self.cfg.val_batch_size]
-        self.rewards.reset_counts()
         groups = self.loop.run(self._generate_groups(chosen, step, 0, 1, self.cfg.data.val_temperature, validation=True))
         return self._rollout_metrics([r for g in groups for r in g], {}, prefix="val/")
 
