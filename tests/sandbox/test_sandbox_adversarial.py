@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import TIGHT
+from sandbox_helpers import ROOMY, TIGHT
 
 from roll.rewards.code import code_sandbox_reward
-from roll.sandbox import SandboxPool
+from roll.sandbox import Sandbox, SandboxPool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,10 +62,10 @@ def test_process_count_is_limited(contained):
 
 def test_fork_bomb_does_not_starve_a_concurrent_execution():
     bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
-    with SandboxPool(TIGHT, max_concurrency=2) as pool:
+    with SandboxPool(TIGHT, max_concurrency=1) as pool:
         bomb_future = pool.submit_python(bomb)
-        time.sleep(0.3)  # the bomb has filled its process budget by now
-        normal = pool.run_python("import subprocess\nprint(subprocess.run(['/bin/echo', 'fine'], capture_output=True, text=True).stdout, end='')")
+        time.sleep(0.5)  # the bomb has filled its process budget by now
+        normal = Sandbox(ROOMY).run_python("import subprocess\nprint(subprocess.run(['/bin/echo', 'fine'], capture_output=True, text=True).stdout, end='')")
         assert normal.ok and normal.stdout == "fine\n", normal
         assert bomb_future.result().timed_out
 
@@ -184,10 +184,10 @@ def test_network_to_a_host_loopback_listener(contained):
     unix.settimeout(0.2)
     tcp_port, udp_port = listener.getsockname()[1], udp.getsockname()[1]
     accepted: list = []
+    stop = threading.Event()
 
     def accept_loop():
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
+        while not stop.is_set():  # until the program has finished
             for sock in (listener, unix):
                 try:
                     accepted.append(sock.accept())
@@ -220,6 +220,7 @@ def test_network_to_a_host_loopback_listener(contained):
     )
     try:
         r = contained.run(code, args=[str(tcp_port), str(udp_port)])
+        stop.set()
         t.join()
         try:
             datagram = udp.recv(100)

@@ -6,13 +6,13 @@ import threading
 import time
 
 import pytest
-from sandbox_helpers import TIGHT
+from sandbox_helpers import ROOMY as LIMITS
 
 from roll.sandbox import SandboxPool, get_pool
 
 
 def test_concurrency_is_bounded():
-    with SandboxPool(TIGHT, max_concurrency=2) as pool:
+    with SandboxPool(LIMITS, max_concurrency=2) as pool:
         start = time.monotonic()
         results = pool.map_python([{"code": "import time\ntime.sleep(0.3)\nprint('done')"} for _ in range(6)])
         elapsed = time.monotonic() - start
@@ -22,7 +22,7 @@ def test_concurrency_is_bounded():
 
 
 def test_many_threads_share_one_pool():
-    pool = SandboxPool(TIGHT, max_concurrency=2)
+    pool = SandboxPool(LIMITS, max_concurrency=2)
     outputs: dict[int, str] = {}
     errors: list[BaseException] = []
 
@@ -43,16 +43,16 @@ def test_many_threads_share_one_pool():
 
 
 def test_pool_pickles_as_its_config_and_process_pools_are_shared():
-    pool = SandboxPool(TIGHT, max_concurrency=3)
+    pool = SandboxPool(LIMITS, max_concurrency=3)
     clone = pickle.loads(pickle.dumps(pool))
     assert clone.config == pool.config and clone.max_concurrency == 3
     assert clone.run_python("print('clone')").stdout == "clone\n"
-    assert get_pool(TIGHT, 2) is get_pool(TIGHT, 2)
-    assert get_pool(TIGHT, 2) is not get_pool(TIGHT.replace(timeout_s=3), 2)
+    assert get_pool(LIMITS, 2) is get_pool(LIMITS, 2)
+    assert get_pool(LIMITS, 2) is not get_pool(LIMITS.replace(timeout_s=3), 2)
 
 
 def test_closed_pool_refuses():
-    pool = SandboxPool(TIGHT, max_concurrency=1)
+    pool = SandboxPool(LIMITS, max_concurrency=1)
     pool.close()
     with pytest.raises(RuntimeError, match="closed"):
         pool.run_python("print(1)")
@@ -66,6 +66,6 @@ def test_pool_from_ray_workers(ray_cluster):
     def run_in_worker(pool: SandboxPool, n: int) -> str:
         return pool.run_python("import sys\nprint(sum(range(int(sys.argv[1]))))", args=[str(n)]).stdout
 
-    pool = SandboxPool(TIGHT, max_concurrency=2)
+    pool = SandboxPool(LIMITS, max_concurrency=2)
     outs = ray.get([run_in_worker.remote(pool, n) for n in (10, 100, 1000)])
     assert outs == ["45\n", "4950\n", "499500\n"]
