@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import secrets
 import subprocess
 import sys
@@ -400,6 +401,12 @@ _PY_VERSIONS: dict[str, tuple[int, int] | None] = {}
 def _sandbox_python_version(python: str) -> tuple[int, int] | None:
     with _PY_VERSION_LOCK:
         if python not in _PY_VERSIONS:
+            # /usr/bin/python3 is normally a link to python3.X: no need to start it.
+            name = os.path.basename(os.path.realpath(python))
+            if name.startswith("python") and name[6:].count(".") == 1 and name[6:].replace(".", "").isdigit():
+                major, minor = name[6:].split(".")
+                _PY_VERSIONS[python] = (int(major), int(minor))
+                return _PY_VERSIONS[python]
             try:
                 out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
                                      capture_output=True, timeout=20, env={"PATH": "/usr/bin:/bin"}, check=False)
