@@ -386,8 +386,9 @@ class RLVRPipeline(BasePipeline):
 
     # ================================================================ validation
     def validate(self, step: int) -> dict[str, float]:
-        """One response per held-out prompt (``data.val_temperature``), scored per domain:
-        ``val/reward/<tag>/score`` etc. Up to ``val_batch_size`` prompts, domains in turn."""
+        """One response per held-out prompt, scored per domain, for each of ``val_decoding``:
+        sampled (the training temperature; ``val/reward/<tag>/score`` ...) and/or greedy
+        (``val_greedy/...``). Up to ``val_batch_size`` prompts, the domains in turn."""
         if not self.val_prompts:
             return {}
         self.sync_weights(step)
@@ -398,8 +399,13 @@ class RLVRPipeline(BasePipeline):
         for k in range(max(len(v) for v in by_tag.values())):
             chosen += [v[k] for _, v in sorted(by_tag.items()) if k < len(v)]
         chosen = chosen[: self.cfg.val_batch_size]
-        groups = self.loop.run(self._generate_groups(chosen, step, 0, 1, self.cfg.data.val_temperature, validation=True))
-        return self._rollout_metrics([r for g in groups for r in g], {}, prefix="val/")
+        metrics: dict[str, float] = {}
+        for mode in dict.fromkeys(self.cfg.val_decoding):
+            temperature = 0.0 if mode == "greedy" else self.cfg.actor_infer.generating_args.temperature
+            groups = self.loop.run(self._generate_groups(chosen, step, 0, 1, temperature, validation=True))
+            prefix = "val/" if mode == "sampled" else f"val_{mode}/"
+            metrics.update(self._rollout_metrics([r for g in groups for r in g], {}, prefix=prefix))
+        return metrics
 
     # ================================================================ checkpoint
     def save_state(self, ckpt_dir: Path) -> dict[str, Any]:

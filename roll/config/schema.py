@@ -110,8 +110,6 @@ class DataConfig:
     max_sampling_rounds: int = 3
     """Dynamic sampling (RLVR): rounds of prompt draws per step to refill groups that query
     filters dropped; after that the step trains on the groups it has (counted)."""
-    val_temperature: float = 0.0
-    """Sampling temperature of validation responses (0: greedy)."""
     max_seq_length: int = 1024
     """SFT: conversations longer than this (tokens) are dropped and counted."""
     shuffle: bool = True
