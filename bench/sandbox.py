@@ -187,9 +187,8 @@ def write_docs(res: dict, quick: bool) -> None:
         f"| executions/s, concurrency 2 | {res['plain_exec_per_s_c2']} | {res['sandbox_exec_per_s_c2']} | {res['sandbox_vs_plain_c2']}x |",
         f"| code_sandbox reward, 4 stdin/stdout cases (4 executions, 2 at a time) | | {res['reward_4case_ms']} ms | |",
         "",
-        "The sandbox's cost is bwrap setting up the namespaces and mounts, then `timeout` (the "
-        "namespace's init) and `prlimit`, exec'd before the program (plus `setpriv` inside in root "
-        "mode). On a loaded machine every exec and namespace setup slows down with the load, so "
+        "The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts, then "
+        "`timeout` (the namespace's init) and `prlimit`, all exec'd before the program. On a loaded machine every exec and namespace setup slows down with the load, so "
         "the overhead measured here is an upper bound of the idle-machine figure.",
         "",
     ]

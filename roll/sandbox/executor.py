@@ -162,7 +162,7 @@ class Sandbox:
         try:
             uid = self.config.root_uid_base if mode == "root" else None
             argv = self._argv(mode, ["/bin/true"], [], w, uid)
-            return run_probe(argv, pass_fds=(w,), **self._launch_user(mode))
+            return run_probe(argv, pass_fds=(w,))
         finally:
             os.close(r)
             os.close(w)
@@ -175,15 +175,14 @@ class Sandbox:
         inner = init_args(cfg, tools.timeout) + prlimit_args(cfg, tools.prlimit)
         if mode == "root":
             inner += drop_privileges_args(tools.setpriv, uid, uid)
-        return bwrap_args(cfg, tools, mode, files, status_fd, env) + inner + command
-
-    def _launch_user(self, mode: str) -> dict:
-        """Popen arguments that start bwrap as the unprivileged uid in userns mode as root: bwrap
-        started by root would map the sandbox user to root on the host, where RLIMIT_NPROC is
-        not enforced. (Popen switches user between fork and exec: one exec fewer than setpriv.)"""
+        outer: list[str] = []
         if mode == "userns" and os.geteuid() == 0:
-            return {"user": self.config.uid, "group": self.config.gid, "extra_groups": []}
-        return {}
+            # bwrap started by root would map the sandbox user to root on the host, where
+            # RLIMIT_NPROC is not enforced: become the unprivileged uid before bwrap starts.
+            # (setpriv rather than Popen(user=...): Popen cannot vfork when it changes the uid,
+            # and forking a large trainer process costs more than one small exec.)
+            outer = [tools.setpriv, f"--reuid={cfg.uid}", f"--regid={cfg.gid}", "--clear-groups", "--"]
+        return outer + bwrap_args(cfg, tools, mode, files, status_fd, env) + inner + command
 
     def _run_bwrap(self, mode: str, command: list[str], stdin: bytes, contents: dict[str, bytes],
                    timeout: float, lease) -> ExecutionResult:
@@ -203,7 +202,7 @@ class Sandbox:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     pass_fds=[status_w] + [fd for fd, _ in fds], env=LAUNCH_ENV, cwd="/",
-                    start_new_session=True, **self._launch_user(mode),
+                    start_new_session=True,
                 )
             except OSError as e:
                 raise SandboxError(f"could not start bwrap: {e}") from e

@@ -3,7 +3,7 @@
 Three modes (see docs/sandbox.md):
 
 - ``userns``: bwrap unshares every namespace including a user namespace and runs as an
-  unprivileged host uid (Popen switches to it first when we are root). RLIMIT_NPROC is then
+  unprivileged host uid (started through ``setpriv`` when we are root). RLIMIT_NPROC is then
   counted per user namespace, so concurrent executions never share a process budget.
 - ``root``: for hosts where unprivileged user namespaces are disabled but we are root. bwrap
   runs as root without a user namespace and ``setpriv`` drops to a leased uid inside the
@@ -262,10 +262,10 @@ def resolve_mode(config: SandboxConfig, tools: Tools, probe) -> str:
         return mode
 
 
-def run_probe(argv: list[str], pass_fds: tuple[int, ...] = (), **popen_kwargs) -> str | None:
+def run_probe(argv: list[str], pass_fds: tuple[int, ...] = ()) -> str | None:
     try:
         proc = subprocess.run(argv, env=LAUNCH_ENV, cwd="/", capture_output=True, timeout=20,
-                              stdin=subprocess.DEVNULL, pass_fds=pass_fds, check=False, **popen_kwargs)
+                              stdin=subprocess.DEVNULL, pass_fds=pass_fds, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return str(e)
     if proc.returncode != 0:
