@@ -134,15 +134,32 @@ async def _generate(infer, prompts: list[list[int]], max_new_tokens: int) -> lis
     return list(await asyncio.gather(*(infer.generate(r) for r in reqs)))
 
 
-def check_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32, bucket_size_mb: int = 256) -> dict[str, float]:
-    """Sync trainer -> inference, sample, recompute, compare. Returns :func:`logprob_parity`."""
-    buckets = list(train.named_parameters_for_sync(bucket_size_mb))
-    for i, bucket in enumerate(buckets):
-        infer.update_weights(bucket, version=1, last_bucket=i == len(buckets) - 1)
+def sync_weights(train, infer, version: int = 1, bucket_size_mb: int = 256) -> int:
+    """Push the trainer's full weights to the inference backend bucket by bucket; returns bytes sent.
+    Buckets are streamed (the next one is gathered after the previous one was loaded)."""
+    sent = 0
+    pending = None
+    for bucket in train.named_parameters_for_sync(bucket_size_mb):
+        if pending is not None:
+            infer.update_weights(pending, version=version, last_bucket=False)
+        pending = bucket
+        sent += sum(t.numel() * t.element_size() for _, t in bucket)
+    infer.update_weights(pending or [], version=version, last_bucket=True)
+    return sent
+
+
+def compare_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32) -> dict[str, float]:
+    """Sample with ``infer`` (temperature 1, no truncation), recompute with ``train``, compare."""
     results = asyncio.run(_generate(infer, prompts, max_new_tokens))
     batch = results_to_batch(prompts, results)
     train_lp = train.logprobs(batch)
     return logprob_parity(batch["infer_logprobs"], train_lp, batch["response_mask"])
+
+
+def check_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32, bucket_size_mb: int = 256) -> dict[str, float]:
+    """Sync trainer -> inference, sample, recompute, compare. Returns :func:`logprob_parity`."""
+    sync_weights(train, infer, version=1, bucket_size_mb=bucket_size_mb)
+    return compare_pair(train, infer, prompts, max_new_tokens)
 
 
 def main(cfg: Any, num_prompts: int = 8, max_new_tokens: int = 32) -> int:
