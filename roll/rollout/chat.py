@@ -28,9 +28,12 @@ _DUMMY_ASSISTANT = "A"
 class ChatRenderer:
     """Renders episode turns to token ids with one tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any, system_prompt: Optional[str] = None):
+    def __init__(self, tokenizer: Any, system_prompt: Optional[str] = None, cache_size: int = 4096):
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
+        # rendered ids by content: same-seed episodes of a group repeat prompts and observations
+        self.cache_size = cache_size
+        self._cache: dict[tuple, list[int]] = {}
         head = self._head()
         prompt_text = self.render_text(head + [{"role": "user", "content": _DUMMY_USER}], add_generation_prompt=True)
         closed_text = self.render_text(
@@ -64,8 +67,18 @@ class ChatRenderer:
 
     def initial_prompt(self, user_content: str) -> list[int]:
         """(system, first user turn) with the generation prompt, as ids."""
-        text = self.render_text(self._head() + [{"role": "user", "content": user_content}], add_generation_prompt=True)
-        return self.encode(text)
+        # the episodes of a group share their env seed, hence their first prompt
+        cached = self._cache.get(("first", user_content))
+        if cached is None:
+            text = self.render_text(self._head() + [{"role": "user", "content": user_content}], add_generation_prompt=True)
+            cached = self._remember(("first", user_content), self.encode(text))
+        return list(cached)
+
+    def _remember(self, key: tuple, ids: list[int]) -> list[int]:
+        if len(self._cache) >= self.cache_size:
+            self._cache.pop(next(iter(self._cache)))  # oldest first
+        self._cache[key] = ids
+        return ids
 
     def windowed_prompt(self, turns: list[dict[str, str]]) -> list[int]:
         """Step mode: a fresh prompt from text messages (user/assistant alternating, ending with user)."""
@@ -80,6 +93,9 @@ class ChatRenderer:
     def user_turn_delta(self, user_content: str) -> list[int]:
         """Ids the template adds for one user turn after a closed assistant turn, ending with
         the generation prompt."""
+        cached = self._cache.get(("delta", user_content))
+        if cached is not None:
+            return list(cached)
         head = self._head()
         full = self.render_text(
             head + [
@@ -91,7 +107,7 @@ class ChatRenderer:
         )
         if not full.startswith(self._closed_text):
             raise ValueError("chat template rewrites history when a user turn is added; cannot append turns token-exactly")
-        return self.encode(full[len(self._closed_text):])
+        return list(self._remember(("delta", user_content), self.encode(full[len(self._closed_text):])))
 
     def assistant_text(self, output_ids: list[int]) -> str:
         """The text of a model turn as the template would show it (end-of-turn token removed)."""
