@@ -1,0 +1,268 @@
+"""Learning proof: does agentic RL improve a weak SFT-warm-started tiny policy?
+
+For each env (non-slippery FrozenLake 4x4 and simple Sokoban) the whole chain runs through
+the CLI, each stage a subprocess:
+
+1. ``roll data demos``: noisy expert demonstrations (``epsilon`` = share of random actions),
+   rendered exactly like the RL prompts (step mode, no history);
+2. ``roll run <sft config>``: a short SFT warm start of ``roll-tiny://tiny`` on them;
+3. ``roll run <grpo config> pretrain=<sft final_model>``: RL with held-out validation
+   (seed_offset 100000), greedy and sampled at the training temperature, at step 0 (that is
+   the SFT model) and every ``eval_steps`` up to the last step;
+4. optionally the same with PPO and a critic (``--ppo``), reported whatever it gives.
+
+The gain of an env is the validation success after RL minus the one at step 0, in points,
+the smaller of the greedy and the sampled gain. Learning curves go to docs/learning_curves/,
+numbers, commands and seeds to the ``## Learning`` section of docs/benchmarks.md.
+
+    python bench/learning.py            # full run (about an hour on a 2-core CPU)
+    python bench/learning.py --quick    # the same chain, tiny (Ray start-up bound: ~3 min)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = "configs/agentic/learning"
+SECTION = "## Learning"
+
+
+@dataclass
+class EnvSpec:
+    """One env's chain: configs, demonstration noise and sizes."""
+
+    name: str
+    tag: str
+    sft_config: str
+    rl_configs: dict[str, str]
+    """Algorithm name -> RL config (grpo always, ppo with --ppo)."""
+    epsilon: float
+    episodes: int
+    sft_steps: int
+    rl_steps: int
+    eval_steps: int
+    overrides: list[str] = field(default_factory=list)
+    """Extra overrides for every RL run of this env."""
+
+
+def env_specs(quick: bool) -> dict[str, EnvSpec]:
+    specs = {
+        "frozenlake": EnvSpec(
+            name="frozenlake", tag="FrozenLake", sft_config=f"{CFG}/frozenlake_sft.yaml",
+            rl_configs={"grpo": f"{CFG}/frozenlake_grpo.yaml", "ppo": f"{CFG}/frozenlake_ppo.yaml"},
+            epsilon=0.75, episodes=400, sft_steps=60, rl_steps=40, eval_steps=10),
+        "sokoban": EnvSpec(
+            name="sokoban", tag="SimpleSokoban", sft_config=f"{CFG}/sokoban_sft.yaml",
+            rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},
+            epsilon=0.75, episodes=400, sft_steps=60, rl_steps=40, eval_steps=10),
+    }
+    if quick:
+        # Same chain, every stage as small as it goes: the run time is Ray start-ups.
+        for s in specs.values():
+            s.episodes, s.sft_steps, s.rl_steps, s.eval_steps = 8, 2, 2, 1
+            s.overrides = ["rollout_batch_size=8", "val_batch_size=4", "train_env_manager.group_size=4",
+                           "custom_envs." + s.tag + ".max_turns=3"]
+    return specs
+
+
+# ------------------------------------------------------------------------------ running
+def run_cmd(cmd: list[str], log: Path, commands: list[str]) -> float:
+    """Run one stage as a subprocess (output to ``log``); its wall time in seconds."""
+    commands.append(shlex.join(cmd))
+    print(f"$ {shlex.join(cmd)}", flush=True)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        tail = log.read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError(f"stage failed (exit {rc}, log {log}):\n" + "\n".join(tail))
+    print(f"  done in {wall:.0f} s", flush=True)
+    return wall
+
+
+def roll_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "roll.cli", *args]
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def curves(rows: list[dict[str, Any]], tag: str) -> dict[str, list[tuple[int, float]]]:
+    """Validation success (sampled, greedy) and training success per step, as (step, value)."""
+    keys = {"val_sampled": f"val/env/{tag}/success", "val_greedy": f"val_greedy/env/{tag}/success",
+            "train": f"env/{tag}/success"}
+    out: dict[str, list[tuple[int, float]]] = {k: [] for k in keys}
+    for r in rows:
+        for name, key in keys.items():
+            if key in r:
+                out[name].append((int(r["step"]), float(r[key])))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def gains(c: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
+    """Start (step 0) and end (last validation) success, in points, and the gains."""
+    out: dict[str, float] = {}
+    for mode in ("sampled", "greedy"):
+        pts = c[f"val_{mode}"]
+        if len(pts) < 2 or pts[0][0] != 0:
+            raise ValueError(f"validation {mode}: need step 0 and a later round, got steps {[s for s, _ in pts]}")
+        out[f"{mode}_start"] = 100.0 * pts[0][1]
+        out[f"{mode}_end"] = 100.0 * pts[-1][1]
+        out[f"{mode}_gain"] = out[f"{mode}_end"] - out[f"{mode}_start"]
+    out["gain"] = min(out["sampled_gain"], out["greedy_gain"])
+    return out
+
+
+def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], title: str, out: Path) -> None:
+    """One PNG: validation (greedy, sampled) and training success against RL steps, per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    styles = {"val_greedy": "-o", "val_sampled": "-s", "train": ":"}
+    for algo, c in runs.items():
+        for name, style in styles.items():
+            if c[name]:
+                xs, ys = zip(*c[name])
+                ax.plot(xs, [100 * y for y in ys], style, label=f"{algo} {name.replace('_', ' ')}", alpha=0.9)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("success (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands: list[str]) -> dict[str, Any]:
+    base = out_root / spec.name
+    demos = base / "demos.jsonl"
+    rl_main = spec.rl_configs["grpo"]
+    result: dict[str, Any] = {"seed": seed, "epsilon": spec.epsilon, "episodes": spec.episodes,
+                              "sft_steps": spec.sft_steps, "wall_s": {}, "algos": {}}
+    result["wall_s"]["demos"] = run_cmd(
+        roll_cmd("data", "demos", rl_main, *spec.overrides, "--out", str(demos), "--episodes", str(spec.episodes),
+                 "--epsilon", str(spec.epsilon), "--seed", str(seed)), base / "demos.log", commands)
+    sft_dir = base / "sft"
+    result["wall_s"]["sft"] = run_cmd(
+        roll_cmd("run", spec.sft_config, f"output_dir={sft_dir}", f"data.train_files=[{demos}]",
+                 f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false"), base / "sft.log", commands)
+    runs = {}
+    for algo in algos:
+        rl_dir = base / algo
+        cmd = roll_cmd("run", spec.rl_configs[algo], f"pretrain={sft_dir / 'final_model'}", f"output_dir={rl_dir}",
+                       f"max_steps={spec.rl_steps}", f"eval_steps={spec.eval_steps}", f"seed={seed}",
+                       "show_progress=false", *spec.overrides)
+        result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands)
+        c = curves(read_metrics(rl_dir / "logs" / "metrics.jsonl"), spec.tag)
+        runs[algo] = c
+        result["algos"][algo] = {**gains(c), "curves": c}
+    result["runs"] = runs
+    return result
+
+
+# ------------------------------------------------------------------------------ report
+def section_text(results: dict[str, dict[str, Any]], commands: list[str], result_line: str, curves_dir: str) -> str:
+    lines = [SECTION, "",
+             "`python bench/learning.py` (tiny model `roll-tiny://tiny`, 2-core CPU shared with other jobs).",
+             "Chain per env: noisy expert demonstrations -> SFT warm start -> RL with held-out validation",
+             "(env seeds from 100000 on; training from 0, demonstrations from 50,000,000) at step 0",
+             "(the SFT model) and every `eval_steps`, greedy (do_sample false) and sampled (temperature",
+             "1.0, the training temperature). Configs: `configs/agentic/learning/`. Gain = end - start",
+             "in points; the RESULT gain is the smaller of the greedy and sampled gain of GRPO.", "",
+             "| env | algo | eps | greedy start | greedy end | sampled start | sampled end | gain (pp) | RL wall (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        for algo, g in r["algos"].items():
+            lines.append(f"| {name} | {algo} | {r['epsilon']} | {g['greedy_start']:.1f} | {g['greedy_end']:.1f} | "
+                         f"{g['sampled_start']:.1f} | {g['sampled_end']:.1f} | {g['gain']:+.1f} | {r['wall_s'][algo]:.0f} |")
+    lines += ["", "Validation success per round (step: greedy / sampled, %):", ""]
+    for name, r in results.items():
+        for algo, g in r["algos"].items():
+            c = g["curves"]
+            greedy, sampled = dict(c["val_greedy"]), dict(c["val_sampled"])
+            pts = ", ".join(f"{s}: {100 * greedy.get(s, float('nan')):.0f} / {100 * sampled.get(s, float('nan')):.0f}"
+                            for s in sorted(greedy))
+            lines.append(f"- {name} {algo}: {pts}")
+    lines += ["", "Curves: " + ", ".join(f"`{curves_dir}/{n}.png`" for n in results), "",
+              "Commands (seed in each):", "", "```"] + commands + ["```", "", "```", result_line, "```", ""]
+    return "\n".join(lines)
+
+
+def write_section(doc: Path, text: str) -> None:
+    """Replace this bench's section of docs/benchmarks.md (or append it); others untouched."""
+    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    lines = old.splitlines(keepends=True)
+    start = next((i for i, l in enumerate(lines) if l.rstrip() == SECTION), None)
+    if start is None:
+        new = old.rstrip("\n") + "\n\n" + text
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + "".join(lines[end:])
+    doc.write_text(new)
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="the same chain, tiny (does not touch docs/)")
+    p.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"], choices=["frozenlake", "sokoban"])
+    p.add_argument("--ppo", action="store_true", help="also run PPO with a critic from the same SFT model")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--out", default="output/learning/bench", help="run directory (demos, SFT and RL outputs)")
+    p.add_argument("--docs", default=None,
+                   help="where the section and curves go (default docs/, or nowhere with --quick)")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    specs = env_specs(args.quick)
+    out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
+    docs = Path(args.docs) if args.docs else (None if args.quick else ROOT / "docs")
+    algos = ["grpo", "ppo"] if args.ppo else ["grpo"]
+    commands: list[str] = []
+    results = {}
+    for name in args.envs:
+        r = run_env(specs[name], algos, out_root, args.seed, commands)
+        results[name] = r
+        curve_dir = docs / "learning_curves" if docs else out_root / "curves"
+        plot(r.pop("runs"), f"{name}: validation success (held-out seeds)", curve_dir / f"{name}.png")
+        for algo, g in r["algos"].items():
+            print(f"{name} {algo}: greedy {g['greedy_start']:.1f} -> {g['greedy_end']:.1f}, "
+                  f"sampled {g['sampled_start']:.1f} -> {g['sampled_end']:.1f} (gain {g['gain']:+.1f} pp)", flush=True)
+    (out_root / "results.json").write_text(json.dumps(results, indent=1))
+    result_line = "RESULT " + " ".join(f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}"
+                                       for n in ("sokoban", "frozenlake") if n in results)
+    if docs is not None:
+        write_section(docs / "benchmarks.md", section_text(results, commands, result_line, "docs/learning_curves"))
+    print(result_line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""bench/learning.py: argument handling, the --quick sizes, metric parsing, gains, the curve
+PNG and the docs section rewrite (the chain itself runs the CLI: see `python bench/learning.py --quick`)."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "bench" / "learning.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_args_and_quick_sizes(bench):
+    a = bench.parse_args(["--quick", "--envs", "sokoban", "--ppo", "--seed", "7"])
+    assert a.quick and a.ppo and a.envs == ["sokoban"] and a.seed == 7
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--envs", "chess"])
+    full, quick = bench.env_specs(False), bench.env_specs(True)
+    for name in ("frozenlake", "sokoban"):
+        assert quick[name].rl_steps < full[name].rl_steps and quick[name].sft_steps < full[name].sft_steps
+        # validation must land on the last step, so the end point is the final model
+        assert full[name].rl_steps % full[name].eval_steps == 0 and quick[name].rl_steps % quick[name].eval_steps == 0
+        for path in (full[name].sft_config, *full[name].rl_configs.values()):
+            assert (ROOT / path).is_file(), path
+
+
+def test_configs_load(bench):
+    from roll.config import load_config
+
+    for spec in bench.env_specs(False).values():
+        grpo = load_config(str(ROOT / spec.rl_configs["grpo"]))
+        ppo = load_config(str(ROOT / spec.rl_configs["ppo"]))
+        assert grpo.algorithm.adv_estimator == "gigpo" and grpo.algorithm.adv_estimator_args == {"step_weight": 0.0}
+        assert ppo.algorithm.adv_estimator == "gae" and ppo.critic is not None
+        assert set(grpo.val_decoding) == {"sampled", "greedy"} and grpo.val_env_manager.seed_offset == 100000
+        assert spec.tag in grpo.custom_envs and grpo.train_env_manager.mode == "step"
+
+
+def _rows(tag):
+    rows = [{"step": 0, f"val/env/{tag}/success": 0.25, f"val_greedy/env/{tag}/success": 0.10}]
+    for s in range(1, 5):
+        rows.append({"step": s, f"env/{tag}/success": 0.2 + 0.1 * s})
+    rows[-1].update({f"val/env/{tag}/success": 0.55, f"val_greedy/env/{tag}/success": 0.60})
+    return rows
+
+
+def test_curves_gains_and_plot(bench, tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows("FrozenLake")))
+    c = bench.curves(bench.read_metrics(path), "FrozenLake")
+    assert c["val_sampled"] == [(0, 0.25), (4, 0.55)] and c["val_greedy"] == [(0, 0.10), (4, 0.60)]
+    assert [s for s, _ in c["train"]] == [1, 2, 3, 4]
+    g = bench.gains(c)
+    assert g["sampled_gain"] == pytest.approx(30.0) and g["greedy_gain"] == pytest.approx(50.0)
+    assert g["gain"] == pytest.approx(30.0)  # the smaller of the two
+    png = tmp_path / "c" / "frozenlake.png"
+    bench.plot({"grpo": c}, "t", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="step 0"):
+        bench.gains(bench.curves(_rows("FrozenLake")[1:], "FrozenLake"))
+
+
+def test_write_section_replaces_only_its_own(bench, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## A\n\na text\n\n## Learning\n\nold\n\n## B\n\nb text\n")
+    bench.write_section(doc, "## Learning\n\nnew numbers\n")
+    text = doc.read_text()
+    assert "old" not in text and "new numbers" in text and "a text" in text and "b text" in text
+    assert text.index("## A") < text.index("## Learning") < text.index("## B")
+    fresh = tmp_path / "none.md"
+    bench.write_section(fresh, "## Learning\n\nx\n")
+    assert fresh.read_text().startswith("# Benchmarks") and "## Learning" in fresh.read_text()
