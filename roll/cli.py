@@ -35,6 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from roll.registry import PIPELINES
 
     cfg = _load(args)
+    if cfg.ray.address is None:  # a local cluster is this machine: check the plan before starting anything
+        load_entry_point("roll.distributed.resource_pool:validate_plan")(cfg)
     pipeline_cls = PIPELINES.get(cfg.pipeline)
     pipeline = pipeline_cls(cfg)
     pipeline.run()

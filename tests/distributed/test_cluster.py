@@ -1,0 +1,69 @@
+"""Cluster dispatch, timeouts and restarts with a light worker (no model) on the local Ray cluster."""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import torch
+
+from roll.config.roles import WorkerConfig
+from roll.config.schema import ResourcesConfig
+from roll.data.batch import Batch
+from roll.workers.base import Worker
+
+pytestmark = pytest.mark.integration
+
+
+class EchoWorker(Worker):
+    """Doubles its share of a batch; naps on request (to exercise timeouts)."""
+
+    def double(self, batch: Batch) -> Batch:
+        return Batch({"x": batch["x"] * 2, "rank": torch.full((len(batch),), self.rank)})
+
+    def nap(self, seconds: float) -> int:
+        time.sleep(seconds)
+        return self.rank
+
+    def whoami(self) -> tuple[int, int]:
+        return self.rank, self.world_size
+
+
+@pytest.fixture(scope="module")
+def echo(ray_cluster):
+    from ray import cloudpickle
+
+    from roll.distributed.cluster import Cluster
+    from roll.distributed.resource_pool import ResourcePool
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    cfg = WorkerConfig(world_size=2, num_cpus_per_worker=0.01, call_timeout_s=20)
+    pool = ResourcePool(ResourcesConfig(device="cpu"), {"echo": cfg})
+    cluster = Cluster("echo", EchoWorker, cfg, pool)
+    yield cluster
+    cluster.shutdown()
+    pool.shutdown()
+
+
+def test_dispatch_modes(echo):
+    assert echo.call("whoami") == [(0, 2), (1, 2)]
+    assert echo.call("whoami", mode="rank0") == (0, 2)
+    out = echo.call("double", Batch({"x": torch.arange(5)}), mode="dp")  # 5 rows over 2 ranks: 3, 2
+    assert out["x"].tolist() == [2 * i for i in range(5)]
+    assert out["rank"].tolist() == [0, 0, 0, 1, 1]
+    fut = echo.call_async("nap", 0.0)
+    assert fut.get() == [0, 1]
+    with pytest.raises(ValueError, match="dispatch mode"):
+        echo.call("whoami", mode="some")
+
+
+def test_timeout_names_rank_then_recovers(echo):
+    from roll.distributed.cluster import CallTimeoutError
+
+    t0 = time.monotonic()
+    with pytest.raises(CallTimeoutError, match=r"echo ranks 0, 1: nap did not finish within 1s"):
+        echo.call("nap", 60.0, timeout_s=1.0)
+    assert time.monotonic() - t0 < 5
+    # the busy ranks are restarted (not left sleeping) and the next call is served
+    assert echo.call("whoami", mode="rank0") == (0, 2)
+    assert echo.restarts == 1
