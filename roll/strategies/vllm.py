@@ -217,10 +217,16 @@ class VLLMStrategy:
     def start_sync(self) -> None:
         self._call(self._create_engine())
 
+    async def _shutdown_engine(self) -> None:
+        # on the engine loop, so the output handler task is cancelled in its own loop rather
+        # than seeing the engine process vanish underneath it
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            engine.shutdown()
+
     def shutdown(self) -> None:
         if self.engine is not None:
-            self.engine.shutdown()
-            self.engine = None
+            self._call(self._shutdown_engine(), timeout=120)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)

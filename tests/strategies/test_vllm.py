@@ -167,3 +167,31 @@ def test_unknown_engine_arg_suggests_closest(tiny_model_dir):
         VLLMStrategy(_worker_config(tiny_model_dir, max_model_lenn=128))
     with pytest.raises(ValueError, match="reserved"):
         VLLMStrategy(_worker_config(tiny_model_dir, worker_extension_cls="x.y:Z"))
+
+
+@pytest.mark.integration
+def test_parity_with_torch_train(engine, tiny_model_dir):
+    """The parity helper on the production pair: torch_train (DDP, one gloo process) -> vLLM sync,
+    sample at temperature 1, recompute with the trainer."""
+    import socket
+
+    import torch.distributed as dist
+
+    from roll.distributed.parity import check_pair
+    from roll.strategies.torch_train import TorchTrainStrategy, init_process_group
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    init_process_group(0, 1, "127.0.0.1", port)
+    try:
+        cfg = WorkerConfig(model_name_or_path=tiny_model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}))
+        train = TorchTrainStrategy(cfg, seed=0)
+        train.setup()
+        report = check_pair(train, engine, [p * 3 for p in PROMPTS], max_new_tokens=16, bucket_size_mb=1)
+    finally:
+        dist.destroy_process_group()
+    print(f"vllm/torch_train parity: {report}")
+    assert report["num_tokens"] > 0
+    assert report["mean_abs_diff"] < LOGPROB_TOL and report["max_abs_diff"] < 10 * LOGPROB_TOL
+    assert abs(report["kl_k3"]) < 1e-6
