@@ -526,11 +526,15 @@ def _first(mapping: dict, keys: Iterable[str]) -> Any:
     return next((mapping[k] for k in keys if mapping.get(k) is not None), None)
 
 
+_SAMPLE_FIELDS = ("tests", "test_cases", "fn_name", "float_tolerance")
+
+
 @REWARDS.register("code_sandbox")
 def code_sandbox_reward(sample: dict, **fields: Any) -> RewardOutput:
     """Run the program in the sample's response against its tests in the sandbox.
 
-    Fields (keyword arguments, or the same keys on the sample): ``tests`` / ``test_cases`` (see
+    Fields (keyword arguments; the per-sample ones, ``tests``/``test_cases``, ``fn_name`` and
+    ``float_tolerance``, may also be keys of the sample): ``tests`` / ``test_cases`` (see
     the module docstring), ``fn_name`` (APPS style), ``timeout_s`` (per execution, default
     the sandbox's), ``float_tolerance`` (0: exact lines), ``score`` ("pass_rate" default, or
     "full_pass": 1 only when every test passes), ``sandbox`` (a SandboxConfig dict) and
@@ -539,7 +543,8 @@ def code_sandbox_reward(sample: dict, **fields: Any) -> RewardOutput:
     <answer>. Components: pass_rate, full_pass. Raises ValueError on missing or malformed
     tests and SandboxError when the sandbox itself fails.
     """
-    fields = {**{k: v for k, v in sample.items() if k not in fields}, **fields}
+    # Only per-sample data comes from the sample; how to score comes from the reward's config.
+    fields = {**{k: sample[k] for k in _SAMPLE_FIELDS if k in sample and k not in fields}, **fields}
     tests = _first(fields, ("tests", "test_cases"))
     if tests is None:
         raise ValueError("code_sandbox needs test cases in the 'tests' or 'test_cases' field")

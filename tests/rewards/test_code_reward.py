@@ -170,5 +170,5 @@ def test_no_code_and_missing_tests():
 
 def test_tests_and_response_from_the_sample():
     sample = {"completion": fenced("print(int(input()) * 2)"), "test_cases": [{"input": "4", "output": "8"}]}
-    out = code_sandbox_reward(sample, sandbox=FAST)
-    assert out.score == 1.0 and out.info["isolation"] in ("userns", "root")
+    out = code_sandbox_reward({**sample, "score": 0.3, "sandbox": "unrelated"}, sandbox=FAST)
+    assert out.score == 1.0 and out.info["isolation"] in ("userns", "root")  # other sample keys are ignored
