@@ -118,6 +118,11 @@ class DeepSpeedStrategy:
         from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, get_scheduler
 
         self.ds_config = build_ds_config(self.strategy_config, self.args, self.cfg.dtype, self.dp_size)
+        # DeepSpeed reads its rank from the launcher's env vars; roll's workers create the group
+        # themselves, so describe it (each worker sees its own device as index 0 under Ray)
+        os.environ.setdefault("RANK", str(dist.get_rank()))
+        os.environ.setdefault("WORLD_SIZE", str(dist.get_world_size()))
+        os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device()) if self.device == "cuda" else "0")
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
         torch.manual_seed(self.seed)  # identical fresh value heads on every rank
         dtype = _DTYPES[self.cfg.dtype]

@@ -235,9 +235,10 @@ class VLLMStrategy:
 
     close = shutdown
 
-    def _need_engine(self):
+    async def _engine(self):
+        """The engine, started on first use (runs on the engine loop)."""
         if self.engine is None:
-            raise RuntimeError("vllm: engine not started (await start() first)")
+            await self._create_engine()
         return self.engine
 
     # ---- generation ----------------------------------------------------------------------------
@@ -253,7 +254,7 @@ class VLLMStrategy:
         return SamplingParams(**kw)
 
     async def _generate_on_engine(self, r: GenerationRequest) -> GenerationResult:
-        engine = self._need_engine()
+        engine = await self._engine()
         version = self._version
         ids: list[int] = []
         lps: list[float] = []
@@ -293,11 +294,11 @@ class VLLMStrategy:
         self._aborted.update(request_ids)
         running = [i for i in request_ids if i in self._inflight]
         if running:
-            await self._on_engine(self._need_engine().abort(running))
+            await self._on_engine(self.engine.abort(running))
 
     # ---- scoring (train/infer parity) ----------------------------------------------------------
     async def _score_on_engine(self, seqs: list[list[int]]) -> list[list[float]]:
-        engine = self._need_engine()
+        engine = await self._engine()
         _, SamplingParams, _, _ = _import_vllm()
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
 
@@ -323,7 +324,7 @@ class VLLMStrategy:
 
     # ---- weights -------------------------------------------------------------------------------
     async def _update_on_engine(self, named_tensors, version: int, last_bucket: bool) -> None:
-        engine = self._need_engine()
+        engine = await self._engine()
         if not self._update_open:
             await engine.pause_generation(mode="keep", clear_cache=True)
             await engine.collective_rpc("roll_begin_weight_update")
