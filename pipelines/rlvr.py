@@ -23,10 +23,12 @@ import dataclasses
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
+from roll.pipelines.agentic import AgenticPipeline
+from roll.pipelines.base import BasePipeline, LoopThread
 
 from roll.algorithms import build_kl_controller, make_actor_loss_fn, make_critic_loss_fn
 from roll.config.roles import WorkerConfig
@@ -44,9 +46,6 @@ from roll.workers.critic import CriticWorker
 from roll.workers.inference import InferenceWorker
 from roll.workers.reference import ReferenceWorker
 from roll.workers.reward import RewardClient, RewardResult, RewardWorker
-
-from roll.pipelines.agentic import AgenticPipeline
-from roll.pipelines.base import BasePipeline, LoopThread
 
 logger = get_logger("roll.pipelines.rlvr")
 
@@ -115,7 +114,7 @@ class RLVRPipeline(BasePipeline):
         self.critic_loss_fn = make_critic_loss_fn(cfg.algorithm) if cfg.critic is not None else None
         self.model_path = resolve_model(cfg.pretrain)
         self.version = 0
-        self.loop: Optional[LoopThread] = None
+        self.loop: LoopThread | None = None
         self.data_metrics: dict[str, float] = {}
 
     # ================================================================ setup
@@ -221,7 +220,7 @@ class RLVRPipeline(BasePipeline):
         self.version = step
         return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
 
-    def collect_rollouts(self, step: int) -> tuple[Optional[Batch], dict[str, float]]:
+    def collect_rollouts(self, step: int) -> tuple[Batch | None, dict[str, float]]:
         """Groups of scored responses for ``rollout_batch_size / group_size`` prompts, with
         per-domain query filters and up to ``data.max_sampling_rounds`` refill rounds."""
         cfg = self.cfg
@@ -286,7 +285,7 @@ class RLVRPipeline(BasePipeline):
             stop_strings=list(gen.stop_strings))
         try:
             result = await self.router.generate(request)
-        except Exception as e:  # a dead or failing inference worker: this sample fails, counted
+        except Exception as e:  # noqa: BLE001  (a dead or failing inference worker: this sample fails, counted)
             logger.warning("generation of %s failed: %s", request.request_id, e)
             return Response(prompt, group_id, [], [], "", False,
                             RewardResult(failed="inference_error", error=f"{type(e).__name__}: {str(e)[:300]}"))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 
 class DataError(ValueError):
@@ -90,7 +91,7 @@ def record_to_sample(rec: dict, where: str, messages_key: str = "messages", prom
 
 
 def load_prompts(files: Sequence[str], messages_key: str = "messages", prompt_key: str = "prompt",
-                 tag_key: str = "tag", base_dir: Optional[str] = None) -> list[PromptSample]:
+                 tag_key: str = "tag", base_dir: str | None = None) -> list[PromptSample]:
     """Every record of ``files`` (relative paths resolve against ``base_dir`` then the cwd)."""
     out: list[PromptSample] = []
     for name in files:

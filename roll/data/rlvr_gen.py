@@ -20,8 +20,9 @@ import argparse
 import importlib
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 MAX_TEST_CHARS = 4000
 BOXED = "Put the final answer in \\boxed{}."

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
@@ -46,7 +47,7 @@ def checker(name: str) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
     return deco
 
 
-def _in_range(n: int, min: Optional[int] = None, max: Optional[int] = None) -> bool:
+def _in_range(n: int, min: int | None = None, max: int | None = None) -> bool:
     if min is None and max is None:
         raise ValueError("a count constraint needs 'min' and/or 'max'")
     return (min is None or n >= int(min)) and (max is None or n <= int(max))
@@ -69,12 +70,12 @@ def _keywords(keywords: Any) -> list[str]:
 
 
 @checker("word_count")
-def word_count(text: str, min: Optional[int] = None, max: Optional[int] = None) -> bool:
+def word_count(text: str, min: int | None = None, max: int | None = None) -> bool:
     return _in_range(len(words(text)), min, max)
 
 
 @checker("sentence_count")
-def sentence_count(text: str, min: Optional[int] = None, max: Optional[int] = None) -> bool:
+def sentence_count(text: str, min: int | None = None, max: int | None = None) -> bool:
     # a sentence is a run of text with a word, closed by . ! ? (or the end of the text)
     parts = [p for p in re.split(r"(?<=[.!?])\s+", text.strip()) if re.search(r"[A-Za-z0-9]", p)]
     return _in_range(len(parts), min, max)
@@ -97,7 +98,7 @@ def keywords_absent(text: str, keywords: Any) -> bool:
 
 
 @checker("keyword_frequency")
-def keyword_frequency(text: str, keyword: str, min: Optional[int] = None, max: Optional[int] = None) -> bool:
+def keyword_frequency(text: str, keyword: str, min: int | None = None, max: int | None = None) -> bool:
     return _in_range(len(_word_re(_keywords(keyword)[0]).findall(text)), min, max)
 
 
@@ -176,7 +177,7 @@ def highlight_count(text: str, min: int) -> bool:
 
 
 @checker("capital_words")
-def capital_words(text: str, min: Optional[int] = None, max: Optional[int] = None) -> bool:
+def capital_words(text: str, min: int | None = None, max: int | None = None) -> bool:
     caps = [w for w in re.findall(r"\b[A-Za-z]+\b", text) if len(w) > 1 and w.isupper()]
     return _in_range(len(caps), min, max)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
@@ -53,7 +54,7 @@ class JudgeClient:
         self._seeds = itertools.count(seed)
 
     @classmethod
-    def from_workers(cls, workers: list[Any], tokenizer: Any, **kwargs: Any) -> "JudgeClient":
+    def from_workers(cls, workers: list[Any], tokenizer: Any, **kwargs: Any) -> JudgeClient:
         import ray
 
         if not workers:
@@ -65,7 +66,7 @@ class JudgeClient:
 
         return cls(generate, tokenizer, **kwargs)
 
-    def ask(self, text: str, max_new_tokens: Optional[int] = None) -> str:
+    def ask(self, text: str, max_new_tokens: int | None = None) -> str:
         ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
                                                  add_generation_prompt=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):

@@ -20,7 +20,7 @@ import logging
 import math
 import re
 from fractions import Fraction
-from typing import Any, Optional
+from typing import Any
 
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
@@ -32,7 +32,7 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 _MAX_ANSWER_CHARS = 200  # longer "answers" are prose, and sympy on them can be slow
 
 
-def _balanced_after(text: str, start: int) -> Optional[str]:
+def _balanced_after(text: str, start: int) -> str | None:
     """Body of the brace group opening at ``text[start] == '{'`` (None if unbalanced)."""
     depth = 0
     for i in range(start, len(text)):
@@ -46,7 +46,7 @@ def _balanced_after(text: str, start: int) -> Optional[str]:
     return None
 
 
-def last_boxed(text: str) -> Optional[str]:
+def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (or ``\\boxed 5``)."""
     best = None
     for macro in ("\\boxed", "\\fbox"):
@@ -64,7 +64,7 @@ def last_boxed(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def extract_answer(text: Any, allow_last_number: bool = True) -> tuple[Optional[str], str]:
+def extract_answer(text: Any, allow_last_number: bool = True) -> tuple[str | None, str]:
     """``(answer, how)`` where how is boxed/tag/phrase/last_number, or ``(None, "none")``."""
     if not isinstance(text, str):
         return None, "none"
@@ -99,10 +99,10 @@ def normalize(ans: str) -> str:
     return s.replace(" ", "")
 
 
-def to_number(s: str) -> Optional[float]:
+def to_number(s: str) -> float | None:
     """A plain number, fraction (a/b or \\frac{a}{b}), or percent, else None."""
     s = normalize(s)
-    percent = s.endswith("%") or s.endswith("\\%")
+    percent = s.endswith(("%", "\\%"))
     s = s.rstrip("%").rstrip("\\")
     m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}", s) or re.fullmatch(r"(-?)\\frac(\d)(\d)", s)
     try:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
@@ -27,7 +28,7 @@ def _strip_think(text: str) -> str:
     return text[end + len("</think>"):] if end >= 0 else text
 
 
-def _final_span(text: str) -> tuple[Optional[str], str]:
+def _final_span(text: str) -> tuple[str | None, str]:
     tags = _TAG.findall(text)
     if tags:
         return tags[-1], "tag"
@@ -37,7 +38,7 @@ def _final_span(text: str) -> tuple[Optional[str], str]:
     return None, "none"
 
 
-def extract_choice(text: Any, options: Sequence[str] = "ABCD") -> tuple[Optional[str], str]:
+def extract_choice(text: Any, options: Sequence[str] = "ABCD") -> tuple[str | None, str]:
     """``(letter, how)``; ``(None, why)`` when there is no single choice among ``options``."""
     if not isinstance(text, str):
         return None, "not text"

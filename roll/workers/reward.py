@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
@@ -41,7 +43,7 @@ class RewardResult:
 
     score: float = 0.0
     success: bool = False
-    failed: Optional[str] = None
+    failed: str | None = None
     """None, "error" (the function raised), "timeout", or "worker_died"."""
     error: str = ""
     """Exception type and message when failed."""
@@ -69,9 +71,9 @@ def score_sample(fn: Any, sample: dict, fields: dict) -> RewardResult:
         if not isinstance(out, RewardOutput):
             raise TypeError(f"reward function returned {type(out).__name__}, expected RewardOutput")
         score = float(out.score)
-        if score != score:  # NaN would poison group statistics
+        if math.isnan(score):  # NaN would poison group statistics
             raise ValueError("reward function returned NaN")
-    except Exception as e:  # counted and surfaced by the caller, never scored
+    except Exception as e:  # noqa: BLE001  (any reward error is counted and surfaced by the caller, never scored)
         return RewardResult(failed="error", error=f"{type(e).__name__}: {str(e)[:300]}",
                             elapsed_s=time.perf_counter() - t0)
     return RewardResult(score=score, success=bool(out.success),
@@ -85,8 +87,8 @@ class RewardWorker(Worker):
     collective = False
 
     def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, reward_config: Any,
-                 imports: Sequence[str] = (), judge_workers: Optional[list] = None,
-                 judge_model_path: Optional[str] = None, reward_fn: Optional[Any] = None, **kwargs: Any):
+                 imports: Sequence[str] = (), judge_workers: list | None = None,
+                 judge_model_path: str | None = None, reward_fn: Any | None = None, **kwargs: Any):
         super().__init__(role, rank, world_size, worker_config, **kwargs)
         self.reward_config = reward_config
         self.override_fn = reward_fn  # a callable instead of the registry id (programmatic use, tests)
@@ -95,7 +97,7 @@ class RewardWorker(Worker):
         self.judge_model_path = judge_model_path
         self.fn = None
         self.fields: dict[str, Any] = {}
-        self.executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.hung = 0
         self.calls = 0
 
@@ -130,7 +132,7 @@ class RewardWorker(Worker):
             fut = loop.run_in_executor(self.executor, score_sample, self.fn, sample, self.fields)
             try:
                 return await asyncio.wait_for(asyncio.shield(fut), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.hung += 1
                 fut.add_done_callback(self._unhang)
                 self.logger.warning("%s: reward of sample %s timed out after %.1fs", self.role, sample.get("id"), timeout)
@@ -172,9 +174,9 @@ class RewardClient:
         backstop = float(self.reward_configs[name].timeout_s) + 30.0
         try:
             result = await asyncio.wait_for(cluster.workers[rank].compute.remote(sample), backstop)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             result = RewardResult(failed="timeout", error=f"TimeoutError: reward worker {name}/{rank} did not answer in {backstop:g}s")
-        except Exception as e:  # the actor died (RayActorError) or its call failed: the sample fails, counted
+        except Exception as e:  # noqa: BLE001  (the actor died or its call failed: the sample fails, counted)
             import ray
 
             if isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
@@ -217,6 +219,6 @@ class RewardClient:
             out[f"reward/{tag}/failed"] = float(c["failed"])
             out[f"reward/{tag}/failed_rate"] = c["failed"] / n
             for k, v in c.items():
-                if k.startswith("failed_") or k.startswith("errors/"):
+                if k.startswith(("failed_", "errors/")):
                     out[f"reward/{tag}/{k}"] = float(v)
         return out

@@ -6,7 +6,13 @@ import pytest
 
 from roll.config.roles import WorkerConfig
 from roll.registry import REWARDS
-from roll.rewards.llm_judge import DEFAULT_PROMPT, JudgeClient, JudgeParseError, llm_judge_reward, parse_score
+from roll.rewards.llm_judge import (
+    DEFAULT_PROMPT,
+    JudgeClient,
+    JudgeParseError,
+    llm_judge_reward,
+    parse_score,
+)
 from roll.strategies.base import GenerationResult
 
 

@@ -2,7 +2,11 @@
 import pytest
 
 from roll.registry import REWARDS
-from roll.rewards.multiple_choice import exact_match_reward, extract_choice, multiple_choice_reward
+from roll.rewards.multiple_choice import (
+    exact_match_reward,
+    extract_choice,
+    multiple_choice_reward,
+)
 
 
 def mc(response, gold="B", **kw):

@@ -1,12 +1,11 @@
 """The RLVR batch contract, query filters and advantages, without Ray."""
 import pytest
 import torch
+from roll.pipelines.rlvr import Prompt, Response, RLVRPipeline
 
 from roll.config.loader import load_config
 from roll.data.rlvr import PromptSample
 from roll.workers.reward import RewardResult
-
-from roll.pipelines.rlvr import Prompt, Response, RLVRPipeline
 
 
 class _Tok:

@@ -4,7 +4,13 @@ from collections import Counter
 
 import pytest
 
-from roll.data.rlvr import DataError, DomainSampler, PromptSample, load_prompts, normalize_probs
+from roll.data.rlvr import (
+    DataError,
+    DomainSampler,
+    PromptSample,
+    load_prompts,
+    normalize_probs,
+)
 from roll.data.rlvr_gen import generate
 
 
@@ -87,3 +93,24 @@ def test_shipped_data_is_what_the_generator_writes(tmp_path):
         assert f.read_text() == (shipped / f.name).read_text(), f"{f.name}: rerun python -m roll.data.rlvr_gen --out data/rlvr"
     tags = {s.tag for s in load_prompts([str(p) for p in shipped.glob("*_train.jsonl")])}
     assert tags == {"math", "code", "ifeval", "mcq", "qa"}
+
+
+def test_learning_bench_data_and_docs_section(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("bench_rlvr_learning", root / "bench" / "rlvr_learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sizes = bench.make_data(tmp_path, seed=0, max_operand=9)
+    rows = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+            for name in ("sft", "rl", "val")}
+    assert {k: len(v) for k, v in rows.items()} == sizes and sizes["val"] >= 20
+    val_prompts = {r["prompt"] for r in rows["val"]}
+    assert not val_prompts & {r["prompt"] for r in rows["rl"]}  # held-out pairs are never trained on
+    assert not val_prompts & {r["messages"][0]["content"] for r in rows["sft"]}
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## RLVR\n\nold\n\n## Other\n\nkept\n")
+    bench.write_section(doc, "## RLVR\n\nnew\n")
+    assert doc.read_text() == "# Benchmarks\n\n## RLVR\n\nnew\n## Other\n\nkept\n"

@@ -20,7 +20,7 @@ def roll(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     script = Path(sys.executable).parent / "roll"
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "roll"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO, check=False)
 
 
 def records(out: Path) -> list[dict]:

@@ -25,7 +25,7 @@ def test_score_sample_converts_exceptions_and_bad_outputs():
 def _cluster(name, rc, fn=None):
     wc = WorkerConfig(world_size=rc.world_size, num_cpus_per_worker=0.01, max_concurrency=32,
                       call_timeout_s=rc.timeout_s + 30, max_restarts=-1)
-    return Cluster(f"reward.{name}", RewardWorker, wc, None, worker_kwargs=dict(reward_config=rc, reward_fn=fn))
+    return Cluster(f"reward.{name}", RewardWorker, wc, None, worker_kwargs={"reward_config": rc, "reward_fn": fn})
 
 
 @pytest.mark.integration
