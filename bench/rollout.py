@@ -37,20 +37,21 @@ import statistics
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ROLL_LOG_LEVEL", "ERROR")
 
-import gymnasium  # noqa: E402
+import gymnasium
 
-from roll.config.roles import GeneratingArgs  # noqa: E402
-from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig  # noqa: E402
-from roll.rollout.scheduler import RolloutScheduler  # noqa: E402
-from roll.strategies.base import GenerationRequest, GenerationResult  # noqa: E402
-from roll.workers.environment import EnvironmentWorker  # noqa: E402
+from roll.config.roles import GeneratingArgs
+from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
+from roll.rollout.scheduler import RolloutScheduler
+from roll.strategies.base import GenerationRequest, GenerationResult
+from roll.workers.environment import EnvironmentWorker
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -89,7 +90,7 @@ class LongTailEnv(gymnasium.Env):
 
 # ---------------------------------------------------------------- cost-model engine
 class _Req:
-    __slots__ = ("request", "need", "progress", "future")
+    __slots__ = ("future", "need", "progress", "request")
 
     def __init__(self, request: GenerationRequest, need: int, future: asyncio.Future):
         self.request, self.need, self.progress, self.future = request, need, 0.0, future
@@ -105,8 +106,8 @@ class CostModelEngine:
         self.active: dict[str, _Req] = {}
         self.waiting: deque[_Req] = deque()
         self.tokens = 0
-        self._wake: Optional[asyncio.Event] = None
-        self._task: Optional[asyncio.Task] = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
         self._t_last = 0.0
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -164,7 +165,7 @@ class CostModelEngine:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(left, 0.0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def close(self) -> None:
@@ -222,7 +223,7 @@ def lower_bound(out, slots: int, step_s: float) -> float:
 
 
 # ---------------------------------------------------------------- main
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small run (< 60 s), same comparison")
     ap.add_argument("--no-hf", action="store_true", help="skip the real-engine (HF tiny model) comparison")
@@ -243,23 +244,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     filler = tok.encode(" x", add_special_tokens=False)[0]
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     step_s = p["step_ms"] / 1000.0
-    length_fn = lambda r: turn_tokens(r.seed or 0, p["median"], p["cap"], p["sigma"])  # noqa: E731
+    length_fn = lambda r: turn_tokens(r.seed or 0, p["median"], p["cap"], p["sigma"])
     t_bench = time.monotonic()
 
     results: dict[str, dict] = {}
     for name, mode, ratio in (("lockstep", "sync", 0.0), ("per-sample", "async", 0.0), ("async-1", "async", 1.0)):
         engine = CostModelEngine(p["slots"], step_s, length_fn, filler, eot)
 
-        async def go():
+        async def go(engine=engine, mode=mode, ratio=ratio, train_s=0.0):
             try:
-                # training time ~ a per-sample rollout, so async overlap has room to pay off
                 return await run_mode(tok, engine, mode, ratio, p["batch"], p["steps"], p["group_size"],
                                       p["max_turns"], p["env_step_s"], p["cap"], train_s=train_s)
             finally:
                 await engine.close()
 
-        train_s = results["per-sample"]["rollout_mean"] if "per-sample" in results else 0.0
-        r = asyncio.run(go())
+        # async-1 trains for as long as a per-sample rollout takes, so overlap has room to pay off
+        r = asyncio.run(go(train_s=results["per-sample"]["rollout_mean"] if "per-sample" in results else 0.0))
         r["rollout_mean"] = statistics.mean(r["rollout_s"])
         r["step_mean"] = statistics.mean(r["step_s"])
         r["tokens"] = engine.tokens
@@ -289,7 +289,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def run_hf(model_dir: str, tok, quick: bool) -> Optional[dict]:
+def run_hf(model_dir: str, tok, quick: bool) -> dict | None:
     try:
         from roll.strategies.hf_infer import HFInferStrategy
     except ImportError as e:
@@ -298,13 +298,13 @@ def run_hf(model_dir: str, tok, quick: bool) -> Optional[dict]:
     from roll.config.roles import WorkerConfig
 
     batch, max_turns, median, cap = (8, 4, 6, 24) if quick else (16, 6, 8, 48)
-    length_fn = lambda r: turn_tokens(r.seed or 0, median, cap, 1.0)  # noqa: E731
+    length_fn = lambda r: turn_tokens(r.seed or 0, median, cap, 1.0)
     out: dict[str, float] = {}
     for name, mode in (("lockstep", "sync"), ("per-sample", "async")):
         strategy = HFInferStrategy(WorkerConfig(), model_dir, seed=0)
         client = ClampedLengths(strategy, length_fn)
 
-        async def go():
+        async def go(client=client, mode=mode, strategy=strategy):
             try:
                 return await run_mode(tok, client, mode, 0.0, batch, 1, 2, max_turns, 0.001, cap, train_s=0.0)
             finally:
@@ -357,7 +357,7 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
     if hf:
         lines += [
             "",
-            f"### (b) real engine: HF strategy on the tiny model (CPU)",
+            "### (b) real engine: HF strategy on the tiny model (CPU)",
             "",
             f"{hf['batch']} episodes, groups of 2, turns capped at {hf['max_turns']}, tokens per turn log-normal capped at {hf['cap']}"
             " (each request decodes exactly its drawn length).",
@@ -375,7 +375,7 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
         ]
     section = "\n".join(lines) + "\n"
     text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## Rollout\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(r"^## Rollout\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     if pattern.search(text):
         text = pattern.sub(lambda m: section + "\n", text)
     else:

@@ -15,8 +15,9 @@ field names are the contract with roll/algorithms and the pipelines.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     """Max turns or the context limit ended the episode (not a failure)."""
-    failure: Optional[str] = None
+    failure: str | None = None
     """None, or an infrastructure failure type (FAILURE_TYPES)."""
     failure_detail: str = ""
     env_tag: str = ""

@@ -19,7 +19,7 @@ trajectory keeps the generated ids and logprobs unchanged, which is what trainin
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 _DUMMY_USER = "U"
 _DUMMY_ASSISTANT = "A"
@@ -28,7 +28,7 @@ _DUMMY_ASSISTANT = "A"
 class ChatRenderer:
     """Renders episode turns to token ids with one tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any, system_prompt: Optional[str] = None, cache_size: int = 4096):
+    def __init__(self, tokenizer: Any, system_prompt: str | None = None, cache_size: int = 4096):
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         # rendered ids by content: same-seed episodes of a group repeat prompts and observations
@@ -49,7 +49,7 @@ class ChatRenderer:
         self.assistant_suffix = closed_text[len(prompt_text) + len(_DUMMY_ASSISTANT):]
         self.assistant_suffix_ids: list[int] = self.encode(self.assistant_suffix)
         eot = self.assistant_suffix_ids[:1]
-        self.end_of_turn_id: Optional[int] = eot[0] if eot else None
+        self.end_of_turn_id: int | None = eot[0] if eot else None
         stop = {i for i in (self.end_of_turn_id, getattr(tokenizer, "eos_token_id", None)) if i is not None}
         self.stop_token_ids: list[int] = sorted(stop)
 

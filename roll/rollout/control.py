@@ -6,7 +6,8 @@ import asyncio
 import queue
 import threading
 from collections import Counter
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from roll.utils.logging import get_logger
 
@@ -26,7 +27,7 @@ class RolloutControl:
       discard (abort and restart episodes), wait (let in-flight requests finish).
     """
 
-    def __init__(self, version: int = 0, max_staleness: Optional[int] = None, on_weight_update: str = "partial"):
+    def __init__(self, version: int = 0, max_staleness: int | None = None, on_weight_update: str = "partial"):
         if on_weight_update not in ("partial", "discard", "wait"):
             raise ValueError(f"on_weight_update must be partial, discard or wait, got {on_weight_update!r}")
         self.version = version
@@ -89,7 +90,7 @@ class ThreadRunner:
     """
 
     def __init__(self, name: str):
-        self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self.broken = False
@@ -119,7 +120,7 @@ class ThreadRunner:
         self._queue.put((fn, args, loop, fut))
         try:
             return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.broken = True
             self._queue.put(None)
             raise CallTimeout(f"{getattr(fn, '__name__', fn)} took longer than {timeout}s") from None

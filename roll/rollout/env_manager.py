@@ -21,7 +21,7 @@ import hashlib
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
@@ -113,7 +113,7 @@ class EnvManager:
         self.success = False
         self.terminated = False
         self.truncated = False
-        self.failure: Optional[str] = None
+        self.failure: str | None = None
         self.failure_detail = ""
         self.invalid_actions = 0
         self.effective_actions = 0
@@ -323,7 +323,7 @@ class EnvManager:
             step_index=self.turn,
         ))
 
-    def _append(self, ids: list[int], model: bool, logprobs: Optional[list[float]] = None, versions: Optional[list[int]] = None) -> None:
+    def _append(self, ids: list[int], model: bool, logprobs: list[float] | None = None, versions: list[int] | None = None) -> None:
         n = len(ids)
         self.ids += ids
         self.mask += [1 if model else 0] * n

@@ -15,7 +15,8 @@ inference strategy, a scripted fake). The Router itself is an :class:`InferenceC
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from roll.strategies.base import GenerationRequest, GenerationResult
 

@@ -44,8 +44,9 @@ import asyncio
 import math
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.data.batch import Batch
@@ -64,7 +65,7 @@ _ACTOR_DIED = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "Work
 class RolloutBatch:
     """What get_batch returns."""
 
-    batch: Optional[Batch]
+    batch: Batch | None
     """Collated tensors (None when no group could be filled)."""
     trajectories: list[Trajectory]
     metrics: dict[str, float]
@@ -156,16 +157,16 @@ class RolloutScheduler:
         self._episode_host: dict[str, int] = {}
         self._host_load = [0] * len(self.hosts)
         self._dead_hosts: set[int] = set()
-        self._sem: Optional[asyncio.Semaphore] = None
-        self._changed: Optional[asyncio.Event] = None
+        self._sem: asyncio.Semaphore | None = None
+        self._changed: asyncio.Event | None = None
         self._losses = 0
-        self._error: Optional[BaseException] = None
+        self._error: BaseException | None = None
         self.counters: Counter = Counter()
         self.failures_by_tag: Counter = Counter()
         self._hosts_configured = False
 
     # ================================================================ public API
-    async def get_batch(self, n: int, timeout_s: Optional[float] = None) -> RolloutBatch:
+    async def get_batch(self, n: int, timeout_s: float | None = None) -> RolloutBatch:
         """``n`` episodes (``n / group_size`` groups split over tags); step mode returns one
         sample per turn of those episodes."""
         await self._setup()
@@ -438,7 +439,7 @@ class RolloutScheduler:
                 self._changed.clear()
                 try:
                     await asyncio.wait_for(self._changed.wait(), timeout=remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise TimeoutError(self._timeout_message(demand, taken)) from None
         finally:
             self._demand = {}

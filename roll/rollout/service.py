@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from typing import Any, Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from roll.rollout.scheduler import RolloutBatch, RolloutScheduler
 from roll.workers.environment import EnvironmentWorker, create_env_workers
@@ -76,10 +77,10 @@ class ThreadedScheduler:
     async def _make(make_scheduler: Callable[[], RolloutScheduler]) -> RolloutScheduler:
         return make_scheduler()
 
-    def _run(self, coro: Any, timeout: Optional[float] = None) -> Any:
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def get_batch(self, n: int, timeout_s: Optional[float] = None) -> RolloutBatch:
+    def get_batch(self, n: int, timeout_s: float | None = None) -> RolloutBatch:
         return self._run(self.scheduler.get_batch(n, timeout_s))
 
     def suspend(self) -> None:

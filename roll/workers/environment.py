@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections import Counter
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.data.trajectory import Trajectory
 from roll.rollout.chat import ChatRenderer
-from roll.rollout.control import CallTimeout, RolloutControl, ThreadRunner
+from roll.rollout.control import RolloutControl, ThreadRunner
 from roll.rollout.env_manager import EnvManager, EpisodeSpec
 from roll.rollout.router import Router
 from roll.utils.logging import get_logger
@@ -49,9 +50,9 @@ class EnvironmentWorker:
         inference_workers: Sequence[Any],
         max_inflight_per_worker: int = 64,
         on_weight_update: str = "partial",
-        max_staleness: Optional[int] = None,
+        max_staleness: int | None = None,
         imports: Sequence[str] = (),
-        setup: Optional[Callable[[], Any]] = None,
+        setup: Callable[[], Any] | None = None,
         name: str = "env-worker",
     ):
         try:
@@ -77,8 +78,8 @@ class EnvironmentWorker:
         self._max_inflight = max_inflight_per_worker
         self._on_update = on_weight_update
         self._max_staleness = max_staleness
-        self._router: Optional[Router] = None
-        self._control: Optional[RolloutControl] = None
+        self._router: Router | None = None
+        self._control: RolloutControl | None = None
         self._idle_envs: dict[str, list[tuple[Any, ThreadRunner]]] = {tag: [] for tag in self.env_configs}
         self._active: dict[str, EnvManager] = {}
         self._tasks: dict[str, asyncio.Task] = {}
@@ -168,7 +169,7 @@ class EnvironmentWorker:
             runner = ThreadRunner(f"{self.name}-{tag}-env")
             try:
                 env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
-            except (CallTimeout, Exception) as e:  # the episode that needs it will report the failure
+            except Exception as e:  # the episode that needs it will report the failure
                 runner.close()
                 logger.warning("pre-creating env %s failed: %s", cfg.env_id, e)
                 return
@@ -188,7 +189,7 @@ class EnvironmentWorker:
     async def set_policy_version(self, version: int) -> None:
         self.control.version = int(version)
 
-    async def set_max_staleness(self, max_staleness: Optional[int]) -> None:
+    async def set_max_staleness(self, max_staleness: int | None) -> None:
         self.control.max_staleness = max_staleness
 
     async def stats(self) -> dict[str, float]:
@@ -204,7 +205,7 @@ class EnvironmentWorker:
             envs.clear()
 
     # ---- env pool ---------------------------------------------------------------------
-    async def _create(self, spec: EpisodeSpec) -> Optional[EnvManager]:
+    async def _create(self, spec: EpisodeSpec) -> EnvManager | None:
         if spec.tag not in self.env_configs:
             raise KeyError(f"unknown env tag {spec.tag!r}; configured: {sorted(self.env_configs)}")
         cfg = self.env_configs[spec.tag]
@@ -215,7 +216,7 @@ class EnvironmentWorker:
             runner = ThreadRunner(f"{self.name}-{spec.tag}-env")
             try:
                 env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
-            except (CallTimeout, Exception) as e:  # counted as an env failure of this episode
+            except Exception as e:  # counted as an env failure of this episode
                 runner.close()
                 self._last_create_error = f"{type(e).__name__}: {e}"
                 self.counters["env_create_failures"] += 1

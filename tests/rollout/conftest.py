@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rollout_fakes import register_test_envs
 
 

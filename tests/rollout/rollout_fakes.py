@@ -11,7 +11,7 @@ import asyncio
 import random
 import time
 import zlib
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import gymnasium
 from gymnasium import spaces
@@ -27,10 +27,10 @@ class ScriptedClient:
     def __init__(
         self,
         tokenizer,
-        answer: Optional[Callable[[list[int], int], str]] = None,
+        answer: Callable[[list[int], int], str] | None = None,
         token_latency_s: float = 0.0,
-        eot_id: Optional[int] = None,
-        length_fn: Optional[Callable[[list[int], int], int]] = None,
+        eot_id: int | None = None,
+        length_fn: Callable[[list[int], int], int] | None = None,
     ):
         self.tok = tokenizer
         self.answer = answer or self._default_answer
@@ -77,7 +77,7 @@ class ScriptedClient:
                     await asyncio.wait_for(ev.wait(), timeout=n * self.token_latency_s)
                     done = min(n, int((time.monotonic() - t0) / self.token_latency_s))
                     full, reason = full[:done], "abort"
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 finally:
                     self._abort_events.pop(request.request_id, None)

@@ -3,14 +3,14 @@ import asyncio
 
 import gymnasium
 import pytest
-
 import roll.envs  # noqa: F401  (registers the shipped envs; tests may import them)
+from rollout_fakes import ScriptedClient
+
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.rollout.chat import ChatRenderer
 from roll.rollout.env_manager import EpisodeSpec
 from roll.workers.environment import EnvironmentWorker
-from rollout_fakes import ScriptedClient
 
 SHIPPED_ENV_IDS = sorted(k for k in gymnasium.registry if k.startswith("roll/"))
 
@@ -72,7 +72,6 @@ def test_non_canonical_generation_is_kept_unchanged(tok):
     tokenizer would not produce. Re-rendering then differs; we keep the generated ids."""
     class CharByChar(ScriptedClient):
         def output_ids(self, request):
-            text = "<answer>Left</answer>"
             ids = []
             for ch in "Left":  # one token per character instead of the merged "Left"
                 ids += tok.encode(ch, add_special_tokens=False)

@@ -3,8 +3,8 @@ import asyncio
 import time
 
 import pytest
-
 import rollout_fakes
+
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.rollout.scheduler import RolloutScheduler

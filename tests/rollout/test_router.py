@@ -24,7 +24,7 @@ class Worker:
         try:
             await asyncio.wait_for(ev.wait(), self.delay)
             return GenerationResult(r.request_id, [1], [-0.5], "abort")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return GenerationResult(r.request_id, [1, 2], [-0.5, -0.5], "stop")
         finally:
             self.inflight -= 1

@@ -1,18 +1,17 @@
 """RolloutScheduler: sync vs async, groups, failures, staleness, partial rollouts, filters."""
 import asyncio
-import random
 import time
 import zlib
 
 import pytest
 import torch
+from rollout_fakes import ScriptedClient
 
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.data.trajectory import FAILURE_TYPES
 from roll.rollout.scheduler import RolloutScheduler
 from roll.workers.environment import EnvironmentWorker
-from rollout_fakes import ScriptedClient
 
 COUNTDOWN = {"cd": EnvConfig(env_id="rolltest/Countdown-v0", max_turns=5)}
 

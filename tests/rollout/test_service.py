@@ -1,9 +1,10 @@
 """Building the scheduler from a PipelineConfig; the blocking facade overlaps rollouts with training."""
 import time
 
+from rollout_fakes import ScriptedClient
+
 from roll.config import PipelineConfig, build_dataclass
 from roll.rollout.service import ThreadedScheduler, build_rollout_scheduler
-from rollout_fakes import ScriptedClient
 
 
 def _config(**rollout):

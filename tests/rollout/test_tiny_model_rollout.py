@@ -6,6 +6,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 import roll.envs  # noqa: F401
+
 from roll.config.roles import GeneratingArgs, WorkerConfig
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.rollout.scheduler import RolloutScheduler
