@@ -87,6 +87,8 @@ def bench_size(size: str, repeats: int) -> dict:
                 totals.append(m["model_update/time_s"])
                 sends.append(m["model_update/send_s"])
                 memcpy.sample()
+            if os.environ.get("ROLL_BENCH_DEBUG"):
+                print(name, {k: round(v, 4) for k, v in m.items()})
             out[f"{name}_s"] = min(totals)
             out[f"{name}_send_s"] = min(sends)
         out["memcpy_s"] = memcpy.best
