@@ -171,6 +171,12 @@ def _place_rewards(t: Trajectory, turns: np.ndarray, row: np.ndarray) -> None:
     nxt[:-1], nxt[-1] = turns[1:], -1
     last = np.flatnonzero((turns >= 0) & (turns != nxt))  # last token of each turn's span
     if last.size == 0:
+        # No model token (zero-length responses): the reward still counts in group
+        # statistics, so it sits on the row's last real token (the advantage contract allows
+        # it anywhere in such a row; no token of it is trained).
+        total = float(sum(t.turn_rewards)) + float(t.final_reward)
+        if len(t.input_ids):
+            row[len(t.input_ids) - 1] += total
         return
     # turn index -> position of its last model token (a resumed turn is still one span)
     last_of = {int(turns[p]): int(p) for p in last}
