@@ -38,8 +38,10 @@ SECTION = "## RLVR"
 PROMPT = "What is {a} + {b}? Put the final answer in \\boxed{{}}."
 
 
-def make_data(out: Path, seed: int, max_operand: int) -> dict[str, int]:
-    """SFT demos, RL prompts and held-out prompts over disjoint operand pairs."""
+def make_data(out: Path, seed: int, max_operand: int, noise: float = 0.0) -> dict[str, int]:
+    """SFT demos, RL prompts and held-out prompts over disjoint operand pairs. A ``noise``
+    share of the demonstrations carries a wrong answer (off by 1-3), so the warm start is weak
+    the way a noisy SFT set is, and the reward has something to correct."""
     rng = random.Random(seed)
     pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
     rng.shuffle(pairs)
@@ -52,8 +54,11 @@ def make_data(out: Path, seed: int, max_operand: int) -> dict[str, int]:
         return {"tag": "math", "prompt": PROMPT.format(a=a, b=b), "ground_truth": str(a + b)}
 
     with open(out / "sft.jsonl", "w") as f:
-        f.writelines(json.dumps({"messages": [{"role": "user", "content": PROMPT.format(a=a, b=b)},
-                                             {"role": "assistant", "content": f"\\boxed{{{a + b}}}"}]}) + "\n" for a, b in sft)
+        for a, b in sft:
+            for _ in range(4):  # several demonstrations per pair, each noisy on its own
+                c = a + b + (rng.choice([-3, -2, -1, 1, 2, 3]) if rng.random() < noise else 0)
+                f.write(json.dumps({"messages": [{"role": "user", "content": PROMPT.format(a=a, b=b)},
+                                                 {"role": "assistant", "content": f"\\boxed{{{c}}}"}]}) + "\n")
     for name, items in (("rl.jsonl", rl), ("val.jsonl", val)):
         with open(out / name, "w") as f:
             f.writelines(json.dumps(rec(a, b)) + "\n" for a, b in items)
@@ -83,7 +88,7 @@ def rl_config(data: Path, pretrain: str, steps: int, eval_steps: int, seed: int,
                      "domain_interleave_probs": {"math": 1.0}, "max_sampling_rounds": 0},
             "rewards": {"math": {"reward_fn": "math_rule", "tags": ["math"], "timeout_s": 10}},
             "actor_train": {"world_size": 1, "strategy_args": {"strategy_name": "torch_train", "strategy_config": {"parallel": "ddp"}},
-                            "training_args": {"lr": 2.0e-4, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2}},
+                            "training_args": {"lr": 5.0e-5, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2}},
             "actor_infer": {"world_size": 1, "strategy_args": {"strategy_name": "hf_infer"},
                             "generating_args": {"max_new_tokens": 10, "temperature": 1.0, "num_return_sequences": 8}},
             "algorithm": {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token-mean",
@@ -115,7 +120,8 @@ def section(result: dict[str, Any], commands: list[str], result_line: str) -> st
     lines = [SECTION, "",
              "`python bench/rlvr_learning.py" + (" --quick`" if result["quick"] else "`") +
              f" (seed {result['seed']}): SFT warm start of `roll-tiny://tiny` on {result['sizes']['sft']} "
-             f"`a + b` demonstrations (operands 0-{result['max_operand']}), then RLVR (math_rule, GRPO, "
+             f"`a + b` pairs (4 demonstrations each, {result['noise']:.0%} with a wrong answer; operands "
+             f"0-{result['max_operand']}), then RLVR (math_rule, GRPO, "
              f"{result['rl_steps']} steps x 64 responses) on {result['sizes']['rl']} prompts; accuracy on "
              f"{result['sizes']['val']} held-out pairs never seen in SFT or RL. Wall time: SFT "
              f"{result['sft_s']:.0f} s, RLVR {result['rl_s']:.0f} s (2-core CPU, shared).", "",
@@ -144,6 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny sizes (start-up bound)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="output/bench_rlvr")
+    p.add_argument("--noise", type=float, default=0.3, help="share of SFT demonstrations with a wrong answer")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     return p.parse_args(argv)
 
@@ -151,10 +158,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     max_operand = 9
-    sft_steps, rl_steps, eval_steps = (15, 2, 2) if args.quick else (120, 60, 10)
+    sft_steps, rl_steps, eval_steps = (15, 2, 2) if args.quick else (60, 120, 20)
     out = (ROOT / args.out).resolve()
     data = out / "data"
-    sizes = make_data(data, args.seed, max_operand)
+    sizes = make_data(data, args.seed, max_operand, noise=args.noise)
     commands: list[str] = []
     (out / "sft.yaml").write_text(yaml.safe_dump(sft_config(data, sft_steps, args.seed)))
     sft_s = run(roll_cmd("run", str(out / "sft.yaml"), f"output_dir={out / 'sft'}"), out / "sft.log", commands)
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"no validation metrics in {out / 'rl' / 'logs' / 'metrics.jsonl'}")
     gain_g = 100 * (greedy[-1][1] - greedy[0][1])
     gain_s = 100 * (sampled[-1][1] - sampled[0][1])
-    result = {"quick": args.quick, "seed": args.seed, "sizes": sizes, "max_operand": max_operand, "rl_steps": rl_steps,
+    result = {"quick": args.quick, "seed": args.seed, "noise": args.noise, "sizes": sizes, "max_operand": max_operand, "rl_steps": rl_steps,
               "sft_s": sft_s, "rl_s": rl_s, "greedy": greedy, "sampled": sampled, "gain_greedy": gain_g, "gain_sampled": gain_s}
     (out / "result.json").write_text(json.dumps(result, indent=2))
     result_line = (f"RESULT gain_pp={min(gain_g, gain_s):.1f} greedy_gain_pp={gain_g:.1f} sampled_gain_pp={gain_s:.1f} "

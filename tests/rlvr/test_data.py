@@ -103,10 +103,13 @@ def test_learning_bench_data_and_docs_section(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_rlvr_learning", root / "bench" / "rlvr_learning.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    sizes = bench.make_data(tmp_path, seed=0, max_operand=9)
+    sizes = bench.make_data(tmp_path, seed=0, max_operand=9, noise=0.3)
     rows = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
             for name in ("sft", "rl", "val")}
-    assert {k: len(v) for k, v in rows.items()} == sizes and sizes["val"] >= 20
+    assert len(rows["sft"]) == 4 * sizes["sft"] and len(rows["rl"]) == sizes["rl"] and sizes["val"] >= 20
+    wrong = [r for r in rows["sft"] if r["messages"][1]["content"] != "\\boxed{%d}" % eval(
+        r["messages"][0]["content"].split("?")[0].removeprefix("What is "))]
+    assert 0.15 < len(wrong) / len(rows["sft"]) < 0.45  # the requested share of noisy demonstrations
     val_prompts = {r["prompt"] for r in rows["val"]}
     assert not val_prompts & {r["prompt"] for r in rows["rl"]}  # held-out pairs are never trained on
     assert not val_prompts & {r["messages"][0]["content"] for r in rows["sft"]}
