@@ -329,7 +329,8 @@ class HFInferStrategy:
         not come within ``timeout_s`` (the updater died), generation resumes and it is logged."""
         await self.start()
         self._resume.clear()
-        await asyncio.to_thread(self._lock.acquire)
+        if not self._lock.acquire(blocking=False):  # a batch is decoding: wait for it off the event loop
+            await asyncio.to_thread(self._lock.acquire)
         self._lock.release()
         loop = asyncio.get_running_loop()
         if self._pause_timer is not None:

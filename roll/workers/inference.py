@@ -75,8 +75,9 @@ class InferenceWorker(Worker):
         """Publish ``version`` (None: the update failed, keep the old one) and resume generation."""
         try:
             if version is not None:
-                # an empty last bucket publishes the version through the protocol method
-                await asyncio.to_thread(self.strategy.update_weights, [], version, True)
+                # an empty last bucket publishes the version through the protocol method (no
+                # tensors to copy, and generation is paused: no need to leave the event loop)
+                self.strategy.update_weights([], version, True)
         finally:
             if hasattr(self.strategy, "resume"):
                 self.strategy.resume()
