@@ -100,7 +100,9 @@ class ClusterFuture:
                 rank = pending.pop(ref)
                 try:
                     results[rank] = self._fetch(ref, rank)
-                except RayTaskError:
+                except RayTaskError as e:
+                    # keep the original exception type (Ray makes it an instance of the cause's class)
+                    e.add_note(f"raised by {role} rank {rank} in {self.method}")
                     if self.cluster.collective and pending:
                         self._settle_collective(pending, deadline)
                     raise
@@ -188,7 +190,11 @@ class Cluster:
         self._group_broken = False
         self._pids: list[Optional[int]] = [None] * self.world_size
         self._rank_restarts = [0] * self.world_size
-        self._setup_all()
+        try:
+            self._setup_all()
+        except BaseException:
+            self.shutdown()  # no half-built cluster left holding pool resources
+            raise
 
     # ---- lifecycle ------------------------------------------------------------------------
     @property

@@ -28,6 +28,11 @@ class EchoWorker(Worker):
     def whoami(self) -> tuple[int, int]:
         return self.rank, self.world_size
 
+    def fail_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise ValueError(f"bad input on rank {rank}")
+        return self.rank
+
 
 @pytest.fixture(scope="module")
 def echo(ray_cluster):
@@ -55,6 +60,10 @@ def test_dispatch_modes(echo):
     assert fut.get() == [0, 1]
     with pytest.raises(ValueError, match="dispatch mode"):
         echo.call("whoami", mode="some")
+    with pytest.raises(ValueError, match="bad input on rank 1") as err:  # the worker's own exception type
+        echo.call("fail_on", 1)
+    assert "raised by echo rank 1 in fail_on" in "".join(getattr(err.value, "__notes__", []))
+    assert echo.call("whoami", mode="rank0") == (0, 2)  # a plain exception needs no restart
 
 
 def test_timeout_names_rank_then_recovers(echo):
