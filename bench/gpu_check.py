@@ -27,15 +27,16 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # Qwen2.5-0.5B's shape (about 494M parameters with tied embeddings)
-    "0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True),
+    "0.5b": {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                 "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True},
     # a few-million-parameter model with the same head layout, for a fast smoke run
-    "smoke": dict(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    "smoke": {"vocab_size": 4096, "hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 4,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True},
 }
 PHASES = ("vllm", "fsdp2_sync", "parity", "deepspeed", "megatron")
 
@@ -108,7 +109,7 @@ class Check:
         try:
             detail = fn()
             self.rows.append((name, "ok", f"{detail} ({time.perf_counter() - t0:.1f}s)"))
-        except Exception as e:  # each phase reports its own failure; the others still run
+        except Exception as e:  # noqa: BLE001 - each phase reports its own failure; the others still run
             traceback.print_exc()
             self.rows.append((name, "FAIL", f"{type(e).__name__}: {str(e)[:160]}"))
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -107,7 +108,7 @@ def _prompt_ids(model_path: str, vocab_size: int, n: int) -> list[list[int]]:
         return [torch.randint(3, vocab_size, (12,), generator=g).tolist() for _ in range(n)]
 
 
-def build_strategies(cfg: Any, device: Optional[str] = None):
+def build_strategies(cfg: Any, device: str | None = None):
     """The config's actor_train (set up on a one-process group if none exists; destroy it with
     ``torch.distributed.destroy_process_group`` when done) and actor_infer."""
     import torch.distributed as dist
@@ -164,10 +165,9 @@ def check_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32,
 
 def main(cfg: Any, num_prompts: int = 8, max_new_tokens: int = 32) -> int:
     """``roll check parity CONFIG``: print the parity report; 0 when within tolerance."""
+    import torch.distributed as dist
     from rich.console import Console
     from rich.table import Table
-
-    import torch.distributed as dist
 
     own_group = not dist.is_initialized()
     train, infer, infer_path = build_strategies(cfg)

@@ -29,7 +29,8 @@ from __future__ import annotations
 import copy
 import math
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -81,8 +82,8 @@ def build_ds_config(strategy_config: dict[str, Any], training_args: Any, dtype: 
 class DeepSpeedStrategy:
     """DeepSpeed ZeRO trainer of a HF causal LM (or its value-head critic); see module docstring."""
 
-    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, critic: bool = False,
-                 seed: int = 42, num_training_steps: Optional[int] = None, device: Optional[str] = None):
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, critic: bool = False,
+                 seed: int = 42, num_training_steps: int | None = None, device: str | None = None):
         self.cfg = worker_config
         self.args = worker_config.training_args
         self.strategy_config = dict(worker_config.strategy_args.strategy_config)
@@ -115,7 +116,11 @@ class DeepSpeedStrategy:
         if not dist.is_initialized():
             raise RuntimeError("deepspeed: call init_process_group before setup (the worker does it)")
         deepspeed = _import_deepspeed()
-        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, get_scheduler
+        from transformers import (
+            AutoModelForCausalLM,
+            AutoModelForTokenClassification,
+            get_scheduler,
+        )
 
         self.ds_config = build_ds_config(self.strategy_config, self.args, self.cfg.dtype, self.dp_size)
         # DeepSpeed reads its rank from the launcher's env vars; roll's workers create the group
@@ -150,7 +155,7 @@ class DeepSpeedStrategy:
         return self.engine.module
 
     # ---- forward ----------------------------------------------------------------------------
-    def _forward(self, batch: Batch, entropy: bool = False) -> tuple[Optional[torch.Tensor], dict[str, torch.Tensor]]:
+    def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         out = self.engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                           position_ids=position_ids_for(batch), use_cache=False)
         if self.critic:

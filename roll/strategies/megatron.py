@@ -28,14 +28,21 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
-from roll.strategies.megatron_convert import DecoderLayout, gather_from_tp, hf_to_megatron, local_to_global, megatron_full_to_hf
+from roll.strategies.megatron_convert import (
+    DecoderLayout,
+    gather_from_tp,
+    hf_to_megatron,
+    local_to_global,
+    megatron_full_to_hf,
+)
 from roll.strategies.torch_train import position_ids_for
 from roll.utils.logging import get_logger
 
@@ -66,21 +73,21 @@ def parallel_sizes(strategy_config: dict[str, Any], world_size: int) -> tuple[in
     return tp, pp, world_size // (tp * pp)
 
 
-def transformer_config_kwargs(hf_config: Any, tp: int, pp: int, dtype: str, overrides: Optional[dict] = None) -> dict[str, Any]:
+def transformer_config_kwargs(hf_config: Any, tp: int, pp: int, dtype: str, overrides: dict | None = None) -> dict[str, Any]:
     """``TransformerConfig`` fields for a Qwen2/Llama-style HF config (pure data, CPU-testable)."""
     heads = hf_config.num_attention_heads
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    kw = dict(
-        num_layers=hf_config.num_hidden_layers, hidden_size=hf_config.hidden_size, num_attention_heads=heads,
-        num_query_groups=getattr(hf_config, "num_key_value_heads", None) or heads,
-        kv_channels=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads,
-        ffn_hidden_size=hf_config.intermediate_size, normalization="RMSNorm", layernorm_epsilon=hf_config.rms_norm_eps,
-        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
-        add_qkv_bias=getattr(hf_config, "model_type", "") == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
-        hidden_dropout=0.0, attention_dropout=0.0, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        params_dtype=torch_dtype, pipeline_dtype=torch_dtype, bf16=dtype == "bfloat16", fp16=dtype == "float16",
-        persist_layer_norm=True, bias_activation_fusion=False, bias_dropout_fusion=False,
-    )
+    kw = {
+        "num_layers": hf_config.num_hidden_layers, "hidden_size": hf_config.hidden_size, "num_attention_heads": heads,
+        "num_query_groups": getattr(hf_config, "num_key_value_heads", None) or heads,
+        "kv_channels": getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads,
+        "ffn_hidden_size": hf_config.intermediate_size, "normalization": "RMSNorm", "layernorm_epsilon": hf_config.rms_norm_eps,
+        "gated_linear_unit": True, "activation_func": F.silu, "add_bias_linear": False,
+        "add_qkv_bias": getattr(hf_config, "model_type", "") == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp,
+        "params_dtype": torch_dtype, "pipeline_dtype": torch_dtype, "bf16": dtype == "bfloat16", "fp16": dtype == "float16",
+        "persist_layer_norm": True, "bias_activation_fusion": False, "bias_dropout_fusion": False,
+    }
     kw.update(overrides or {})
     return kw
 
@@ -93,8 +100,8 @@ def default_padded_vocab(vocab_size: int, tp: int, multiple: int = 128) -> int:
 class MegatronStrategy:
     """Megatron-Core GPT trainer initialised from / synced to a HF Qwen2/Llama checkpoint."""
 
-    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, critic: bool = False,
-                 seed: int = 42, num_training_steps: Optional[int] = None, device: Optional[str] = None):
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, critic: bool = False,
+                 seed: int = 42, num_training_steps: int | None = None, device: str | None = None):
         if critic:
             raise NotImplementedError("megatron: the critic (value head) variant is not provided; use torch_train or deepspeed for the critic")
         opts = dict(worker_config.strategy_args.strategy_config)
@@ -123,7 +130,10 @@ class MegatronStrategy:
         _import_megatron()
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+        )
         from megatron.core.models.gpt import GPTModel
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer import TransformerConfig
@@ -141,9 +151,13 @@ class MegatronStrategy:
         tc_kwargs["sequence_parallel"] = bool(self.opts.get("sequence_parallel", False))
         self.tconfig = TransformerConfig(**tc_kwargs)
         try:
-            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec as layer_spec
+            from megatron.core.models.gpt.gpt_layer_specs import (
+                get_gpt_layer_with_transformer_engine_spec as layer_spec,
+            )
         except ImportError:  # no transformer-engine: the local spec (separate norm modules)
-            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec as layer_spec
+            from megatron.core.models.gpt.gpt_layer_specs import (
+                get_gpt_layer_local_spec as layer_spec,
+            )
         rope = getattr(hf_config, "rope_parameters", None) or {}
         model = GPTModel(
             config=self.tconfig, transformer_layer_spec=layer_spec(), vocab_size=padded,

@@ -29,8 +29,8 @@ Everything here is slicing and concatenation, so HF -> Megatron -> HF is bit-exa
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional
 
 import torch
 
@@ -47,10 +47,10 @@ class DecoderLayout:
     ffn_hidden_size: int
     vocab_size: int
     tie_word_embeddings: bool
-    padded_vocab_size: Optional[int] = None
+    padded_vocab_size: int | None = None
 
     @classmethod
-    def from_hf_config(cls, config, padded_vocab_size: Optional[int] = None) -> "DecoderLayout":
+    def from_hf_config(cls, config, padded_vocab_size: int | None = None) -> DecoderLayout:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         return cls(
@@ -126,7 +126,7 @@ def shard_for_tp(name: str, full: torch.Tensor, tp: int, layout: DecoderLayout) 
         return [full] * tp
     if name.endswith(_ROW_SPLIT):
         return list(torch.chunk(full, tp, dim=1))
-    if name.endswith("linear_fc1.weight") or name.endswith("linear_fc1.bias"):
+    if name.endswith(("linear_fc1.weight", "linear_fc1.bias")):
         gate, up = torch.chunk(full, 2, dim=0)
         return [torch.cat([g, u]) for g, u in zip(torch.chunk(gate, tp), torch.chunk(up, tp))]
     # linear_qkv (whole query groups per rank, groups are contiguous), embeddings, output layer
@@ -139,7 +139,7 @@ def gather_from_tp(name: str, shards: list[torch.Tensor], layout: DecoderLayout)
         return shards[0]
     if name.endswith(_ROW_SPLIT):
         return torch.cat(shards, dim=1)
-    if name.endswith("linear_fc1.weight") or name.endswith("linear_fc1.bias"):
+    if name.endswith(("linear_fc1.weight", "linear_fc1.bias")):
         halves = [torch.chunk(s, 2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves])
     return torch.cat(shards, dim=0)
@@ -206,7 +206,7 @@ def megatron_full_to_hf(name: str, full: torch.Tensor, layout: DecoderLayout) ->
         raise KeyError(f"megatron layout: no Hugging Face counterpart for {name!r}")
 
 
-def global_to_local(name: str, pp_rank: int, pp: int, layout: DecoderLayout) -> Optional[str]:
+def global_to_local(name: str, pp_rank: int, pp: int, layout: DecoderLayout) -> str | None:
     """Megatron name with a global layer index -> the name on pipeline stage ``pp_rank`` (None if
     the tensor lives on another stage)."""
     match = _LAYER.match(name)

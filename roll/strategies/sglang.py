@@ -16,7 +16,7 @@ and the version becomes visible after the last bucket; ``offload``/``reload`` ma
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -38,14 +38,14 @@ def _import_sglang():
 class SGLangStrategy:
     """SGLang Engine serving per-request generation (see module docstring)."""
 
-    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, device: Optional[str] = None, seed: int = 0):
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, device: str | None = None, seed: int = 0):
         if (device or ("cuda" if torch.cuda.is_available() else "cpu")) != "cuda":
             raise RuntimeError("sglang: SGLang needs a CUDA GPU; on CPU use the hf_infer or vllm strategy")
         self._sgl = _import_sglang()
         path = model_path or worker_config.model_name_or_path
         if not path:
             raise ValueError("sglang: no model path (set model_name_or_path or the pipeline's pretrain)")
-        self.engine_kwargs = dict(model_path=path, dtype=worker_config.dtype, random_seed=seed)
+        self.engine_kwargs = {"model_path": path, "dtype": worker_config.dtype, "random_seed": seed}
         self.engine_kwargs.update(worker_config.strategy_args.strategy_config)
         self.engine = None
         self._version = 0
@@ -68,9 +68,9 @@ class SGLangStrategy:
             return GenerationResult(request.request_id, [], [], "abort", self._version)
         await self.start()
         version = self._version
-        params = dict(max_new_tokens=request.max_new_tokens, temperature=request.temperature, top_p=request.top_p,
-                      top_k=request.top_k if request.top_k > 0 else -1, stop=list(request.stop_strings) or None,
-                      stop_token_ids=list(request.stop_token_ids) or None, no_stop_trim=True)
+        params = {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature, "top_p": request.top_p,
+                      "top_k": request.top_k if request.top_k > 0 else -1, "stop": list(request.stop_strings) or None,
+                      "stop_token_ids": list(request.stop_token_ids) or None, "no_stop_trim": True}
         if request.seed is not None:
             params["sampling_seed"] = int(request.seed)
         self._inflight.add(request.request_id)

@@ -43,7 +43,7 @@ import itertools
 import os
 import pickle
 import threading
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -79,7 +79,9 @@ class RollWorkerExtension:
 
     def roll_begin_weight_update(self) -> bool:
         from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload.layerwise import initialize_layerwise_reload
+        from vllm.model_executor.model_loader.reload.layerwise import (
+            initialize_layerwise_reload,
+        )
 
         with set_current_vllm_config(self.vllm_config):
             initialize_layerwise_reload(self.model_runner.get_model())
@@ -107,7 +109,9 @@ class RollWorkerExtension:
 
     def roll_finish_weight_update(self) -> bool:
         from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload.layerwise import finalize_layerwise_reload
+        from vllm.model_executor.model_loader.reload.layerwise import (
+            finalize_layerwise_reload,
+        )
 
         model = self.model_runner.get_model()
         with set_current_vllm_config(self.vllm_config):
@@ -143,7 +147,7 @@ def _bucket_payload(named_tensors: list[tuple[str, torch.Tensor]]) -> tuple[byte
 class VLLMStrategy:
     """vLLM AsyncLLM engine serving per-request generation (see module docstring)."""
 
-    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, device: Optional[str] = None, seed: int = 0):
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, device: str | None = None, seed: int = 0):
         opts = dict(worker_config.strategy_args.strategy_config)
         self.sleep_level = int(opts.pop("sleep_level", 1))
         cpu_kv_gb = float(opts.pop("cpu_kv_cache_gb", 1.0))
@@ -151,8 +155,8 @@ class VLLMStrategy:
         if not path:
             raise ValueError("vllm: no model path (set model_name_or_path or the pipeline's pretrain)")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        engine = dict(model=path, dtype=worker_config.dtype, seed=seed, logprobs_mode="processed_logprobs",
-                      max_num_seqs=worker_config.max_concurrency)
+        engine = {"model": path, "dtype": worker_config.dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
+                      "max_num_seqs": worker_config.max_concurrency}
         if self.device == "cpu":
             # torch.compile and graph capture cost minutes on CPU and buy little for small models
             engine.update(enforce_eager=True, kv_cache_memory_bytes=int(cpu_kv_gb * (1 << 30)))
@@ -166,8 +170,8 @@ class VLLMStrategy:
         self._validate_engine_kwargs(engine)
         self.engine = None
         self._version = 0
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread: Optional[threading.Thread] = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._inflight: set[str] = set()
         self._aborted: set[str] = set()
@@ -196,7 +200,7 @@ class VLLMStrategy:
                 self._loop = loop
         return self._loop
 
-    def _call(self, coro, timeout: Optional[float] = None):
+    def _call(self, coro, timeout: float | None = None):
         """Run a coroutine on the engine loop from a synchronous caller."""
         return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop()).result(timeout)
 
@@ -244,12 +248,12 @@ class VLLMStrategy:
     # ---- generation ----------------------------------------------------------------------------
     def _sampling_params(self, r: GenerationRequest, **overrides):
         _, SamplingParams, RequestOutputKind, _ = _import_vllm()
-        kw = dict(
-            n=1, max_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-            top_k=r.top_k if r.top_k > 0 else 0, seed=r.seed, stop=list(r.stop_strings) or None,
-            stop_token_ids=list(r.stop_token_ids) or None, include_stop_str_in_output=True,
-            logprobs=0, detokenize=bool(r.stop_strings), output_kind=RequestOutputKind.DELTA,
-        )
+        kw = {
+            "n": 1, "max_tokens": r.max_new_tokens, "temperature": r.temperature, "top_p": r.top_p,
+            "top_k": max(0, r.top_k), "seed": r.seed, "stop": list(r.stop_strings) or None,
+            "stop_token_ids": list(r.stop_token_ids) or None, "include_stop_str_in_output": True,
+            "logprobs": 0, "detokenize": bool(r.stop_strings), "output_kind": RequestOutputKind.DELTA,
+        }
         kw.update(overrides)
         return SamplingParams(**kw)
 

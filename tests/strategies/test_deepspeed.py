@@ -11,9 +11,9 @@ import torch
 
 pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra `deepspeed`)")
 
-from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig  # noqa: E402
-from roll.data.batch import Batch  # noqa: E402
-from roll.strategies.deepspeed import build_ds_config  # noqa: E402
+from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
+from roll.data.batch import Batch
+from roll.strategies.deepspeed import build_ds_config
 
 STEPS = 5
 WORLD = 2

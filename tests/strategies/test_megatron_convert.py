@@ -99,7 +99,7 @@ def test_qkv_grouping_matches_per_head_construction():
     assert torch.equal(fused, expected)
     assert all(torch.equal(a, b) for a, b in zip(split_qkv(fused, layout), (q, k, v)))
     # TP=2: each rank holds one whole group and splits back into its own heads
-    r0, r1 = shard_for_tp("decoder.layers.0.self_attention.linear_qkv.weight", fused, 2, layout)
+    r0, _r1 = shard_for_tp("decoder.layers.0.self_attention.linear_qkv.weight", fused, 2, layout)
     q0, k0, v0 = split_qkv(r0, layout)
     assert torch.equal(q0, q[:9]) and torch.equal(k0, k[:3]) and torch.equal(v0, v[:3])
 

