@@ -34,6 +34,16 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parent.parent
 CFG = "configs/agentic/learning"
 SECTION = "## Learning"
+NOTES = """Settings (configs/agentic/learning/*.yaml): step mode without history (each prompt is the
+env instruction and the current grid, about 210 tokens for FrozenLake, 300 for Sokoban),
+`max_new_tokens` 8, temperature 1.0, 32 episodes per step in groups of 8, lr 3e-4, PPO clip
+0.2, token-mean loss, validation on 64 held-out episodes. GRPO is run as `gigpo` with
+`step_weight: 0`, i.e. the GRPO advantage of the *episode* return on every step of the
+episode: the `grpo` estimator on step-mode samples normalises each turn's own reward, so the
+sparse outcome would reach only the last turn. Simple Sokoban is `roll/Sokoban-v0` (6x6, one
+box) with `env_kwargs {search_depth: 6, min_solution_length: 2, max_steps: 8}` (optimal
+solutions of 2 to 6 moves), 8 turns. FrozenLake is `roll/FrozenLake-v0` (4x4, p_frozen 0.8,
+not slippery), 8 turns."""
 
 
 @dataclass
@@ -59,11 +69,11 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         "frozenlake": EnvSpec(
             name="frozenlake", tag="FrozenLake", sft_config=f"{CFG}/frozenlake_sft.yaml",
             rl_configs={"grpo": f"{CFG}/frozenlake_grpo.yaml", "ppo": f"{CFG}/frozenlake_ppo.yaml"},
-            epsilon=0.75, episodes=400, sft_steps=60, rl_steps=40, eval_steps=10),
+            epsilon=0.75, episodes=400, sft_steps=40, rl_steps=40, eval_steps=10),
         "sokoban": EnvSpec(
             name="sokoban", tag="SimpleSokoban", sft_config=f"{CFG}/sokoban_sft.yaml",
             rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},
-            epsilon=0.75, episodes=400, sft_steps=60, rl_steps=40, eval_steps=10),
+            epsilon=0.75, episodes=400, sft_steps=40, rl_steps=30, eval_steps=10),
     }
     if quick:
         # Same chain, every stage as small as it goes: the run time is Ray start-ups.
@@ -75,9 +85,20 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
 
 
 # ------------------------------------------------------------------------------ running
-def run_cmd(cmd: list[str], log: Path, commands: list[str]) -> float:
-    """Run one stage as a subprocess (output to ``log``); its wall time in seconds."""
+def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False) -> float:
+    """Run one stage as a subprocess (output to ``log``); its wall time in seconds.
+
+    With ``reuse``, a stage whose marker (next to its log) records the same command and a
+    clean exit is not run again: its recorded wall time is returned (a later invocation for
+    another env, or after an interruption, continues the chain)."""
     commands.append(shlex.join(cmd))
+    marker = log.with_suffix(".done.json")
+    if reuse and marker.exists():
+        done = json.loads(marker.read_text())
+        if done.get("cmd") == cmd[2:]:  # the interpreter path may differ between machines
+            print(f"$ {shlex.join(cmd)}\n  reused ({done['wall_s']:.0f} s, {marker})", flush=True)
+            return float(done["wall_s"])
+    marker.unlink(missing_ok=True)
     print(f"$ {shlex.join(cmd)}", flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +110,7 @@ def run_cmd(cmd: list[str], log: Path, commands: list[str]) -> float:
         tail = log.read_text(errors="replace").splitlines()[-30:]
         raise RuntimeError(f"stage failed (exit {rc}, log {log}):\n" + "\n".join(tail))
     print(f"  done in {wall:.0f} s", flush=True)
+    marker.write_text(json.dumps({"cmd": cmd[2:], "wall_s": wall}))
     return wall
 
 
@@ -159,7 +181,8 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], title: str, out: P
     plt.close(fig)
 
 
-def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands: list[str]) -> dict[str, Any]:
+def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands: list[str],
+            reuse: bool = False) -> dict[str, Any]:
     base = out_root / spec.name
     demos = base / "demos.jsonl"
     rl_main = spec.rl_configs["grpo"]
@@ -167,18 +190,18 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
                               "sft_steps": spec.sft_steps, "wall_s": {}, "algos": {}}
     result["wall_s"]["demos"] = run_cmd(
         roll_cmd("data", "demos", rl_main, *spec.overrides, "--out", str(demos), "--episodes", str(spec.episodes),
-                 "--epsilon", str(spec.epsilon), "--seed", str(seed)), base / "demos.log", commands)
+                 "--epsilon", str(spec.epsilon), "--seed", str(seed)), base / "demos.log", commands, reuse)
     sft_dir = base / "sft"
     result["wall_s"]["sft"] = run_cmd(
         roll_cmd("run", spec.sft_config, f"output_dir={sft_dir}", f"data.train_files=[{demos}]",
-                 f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false"), base / "sft.log", commands)
+                 f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false"), base / "sft.log", commands, reuse)
     runs = {}
     for algo in algos:
         rl_dir = base / algo
         cmd = roll_cmd("run", spec.rl_configs[algo], f"pretrain={sft_dir / 'final_model'}", f"output_dir={rl_dir}",
                        f"max_steps={spec.rl_steps}", f"eval_steps={spec.eval_steps}", f"seed={seed}",
                        "show_progress=false", *spec.overrides)
-        result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands)
+        result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands, reuse)
         c = curves(read_metrics(rl_dir / "logs" / "metrics.jsonl"), spec.tag)
         runs[algo] = c
         result["algos"][algo] = {**gains(c), "curves": c}
@@ -195,6 +218,7 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
              "(the SFT model) and every `eval_steps`, greedy (do_sample false) and sampled (temperature",
              "1.0, the training temperature). Configs: `configs/agentic/learning/`. Gain = end - start",
              "in points; the RESULT gain is the smaller of the greedy and sampled gain of GRPO.", "",
+             NOTES, "",
              "| env | algo | eps | greedy start | greedy end | sampled start | sampled end | gain (pp) | RL wall (s) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
@@ -233,6 +257,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"], choices=["frozenlake", "sokoban"])
     p.add_argument("--ppo", action="store_true", help="also run PPO with a critic from the same SFT model")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--reuse", action="store_true",
+                   help="skip stages already completed with the same command (see run_cmd)")
     p.add_argument("--out", default="output/learning/bench", help="run directory (demos, SFT and RL outputs)")
     p.add_argument("--docs", default=None,
                    help="where the section and curves go (default docs/, or nowhere with --quick)")
@@ -248,7 +274,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     commands: list[str] = []
     results = {}
     for name in args.envs:
-        r = run_env(specs[name], algos, out_root, args.seed, commands)
+        r = run_env(specs[name], algos, out_root, args.seed, commands, args.reuse)
         results[name] = r
         curve_dir = docs / "learning_curves" if docs else out_root / "curves"
         plot(r.pop("runs"), f"{name}: validation success (held-out seeds)", curve_dir / f"{name}.png")
