@@ -210,7 +210,7 @@ def countdown_correct(expression: str, numbers: list[int], target: float) -> boo
 
 @REWARDS.register("math_rule")
 def math_rule_reward(sample: dict, **fields: Any) -> RewardOutput:
-    """Score 1 when the response's final answer equals ``ground_truth`` (else ``wrong_score``).
+    """Score 1 when the response's final answer equals ``ground_truth``, else 0 (or ``format_score``).
 
     Fields (keyword arguments or keys on the sample): ``ground_truth`` (or ``answer``),
     ``rel_tol`` / ``abs_tol`` (numeric tolerance), ``allow_last_number`` (fall back to the last
