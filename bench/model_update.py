@@ -108,7 +108,8 @@ def bench_size(size: str, repeats: int) -> dict:
 def write_docs(rows: list[dict], args: argparse.Namespace, wall_s: float) -> None:
     lines = [SECTION, "",
              f"`python bench/model_update.py{' --quick' if args.quick else ''}` ({wall_s:.0f} s, {platform.machine()}, "
-             f"Python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPU cores shared with other work). "
+             f"Python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPU cores shared with other work, "
+             f"1-minute load average {args.load_avg:.1f} at the start). "
              "One trainer rank (torch_train DDP) -> one hf_infer worker per path, CPU Ray, bucket 256 MB; best of "
              f"{args.repeats} updates per path. Bound = model bytes / memcpy bandwidth measured in the same run.", "",
              "| model | params | bytes | memcpy bound | colocated (shared memory) | ratio | trainer-side send | broadcast (gloo) | ratio | max logprob diff after sync |",
@@ -150,6 +151,7 @@ def main() -> int:
     import ray
 
     sys.path.insert(0, str(ROOT))
+    args.load_avg = os.getloadavg()[0]
     t0 = time.perf_counter()
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}})
