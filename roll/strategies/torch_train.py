@@ -202,10 +202,8 @@ class TorchTrainStrategy:
         n_steps = self._micro_batches_in_step(len(batch), size)
         outs = []
         for i in range(n_steps):
-            # a rank with fewer rows repeats a real micro-batch (result dropped) to keep collectives in step
-            mb = parts[i] if i < len(parts) else (parts[0] if parts else None)
-            if mb is None:
-                raise ValueError("torch_train: a rank received an empty batch while others have rows")
+            # a rank with fewer rows (or none) runs a throw-away micro-batch to keep collectives in step
+            mb = parts[i] if i < len(parts) else (parts[0] if parts else self._dummy_batch())
             lp, extra = self._forward(mb)
             if i < len(parts):
                 outs.append((extra["values"] if key == "values" else lp).cpu())
@@ -214,6 +212,10 @@ class TorchTrainStrategy:
             return torch.zeros_like(batch["input_ids"], dtype=torch.float32)
         width = batch["input_ids"].shape[1]
         return torch.cat([F.pad(o, (0, width - o.shape[1])) for o in outs], dim=0)
+
+    def _dummy_batch(self) -> Batch:
+        one = torch.zeros((1, 2), dtype=torch.long, device=self.device)
+        return Batch({"input_ids": one, "attention_mask": torch.ones_like(one)})
 
     def logprobs(self, batch: Batch) -> torch.Tensor:
         if self.critic:
