@@ -8,9 +8,10 @@ One step, each phase a method below:
       -> reference_logprobs -> old_logprobs -> critic_values -> advantages -> train_critic
       -> train_actor -> (checkpoint, validation per domain: BasePipeline)
 
-The training phases are the agentic pipeline's, unchanged: the batch built here has the same
-fields as ``roll.data.trajectory.trajectories_to_batch`` (a response is a one-turn episode),
-so the same methods apply. No algorithm maths lives here.
+The training phases are the shared `PolicyTrainer`'s (pipelines/policy.py), as in the agentic
+pipeline: the batch built here has the same fields as
+``roll.data.trajectory.trajectories_to_batch`` (a response is a one-turn episode). No
+algorithm maths lives here.
 
 Failures: a response whose reward function raised or timed out, whose reward worker died, or
 whose generation failed is dropped from the batch and counted (``reward/<tag>/failed*``,
@@ -27,25 +28,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from roll.pipelines.agentic import AgenticPipeline
-from roll.pipelines.base import BasePipeline, LoopThread
 
-from roll.algorithms import build_kl_controller, make_actor_loss_fn, make_critic_loss_fn
 from roll.config.roles import WorkerConfig
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.data.rlvr import DomainSampler, PromptSample, load_prompts
-from roll.distributed.model_update import ModelUpdateGroup
 from roll.rollout.router import Router
 from roll.strategies.base import GenerationRequest
 from roll.utils.logging import get_logger
-from roll.workers.actor import ActorWorker
 from roll.workers.base import resolve_model
-from roll.workers.critic import CriticWorker
 from roll.workers.inference import InferenceWorker
-from roll.workers.reference import ReferenceWorker
 from roll.workers.reward import RewardClient, RewardResult, RewardWorker
+
+from roll.pipelines.base import BasePipeline, LoopThread
+from roll.pipelines.policy import PolicyTrainer
 
 logger = get_logger("roll.pipelines.rlvr")
 
@@ -85,17 +82,6 @@ def _chat_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
 class RLVRPipeline(BasePipeline):
     """Trains ``actor_train`` on prompts from ``data.train_files`` scored by ``rewards``."""
 
-    # Same batch contract as the agentic pipeline, so its training phases apply as they are.
-    optimizer_steps_per_step = AgenticPipeline.optimizer_steps_per_step
-    dp_size = staticmethod(AgenticPipeline.dp_size)
-    reference_logprobs = AgenticPipeline.reference_logprobs
-    old_logprobs = AgenticPipeline.old_logprobs
-    critic_values = AgenticPipeline.critic_values
-    advantages = AgenticPipeline.advantages
-    train_critic = AgenticPipeline.train_critic
-    train_actor = AgenticPipeline.train_actor
-    _train = AgenticPipeline._train
-
     def __init__(self, cfg: PipelineConfig):
         super().__init__(cfg)
         errors = []
@@ -109,11 +95,8 @@ class RLVRPipeline(BasePipeline):
                           f"actor_infer.generating_args.num_return_sequences {self.group_size}")
         if errors:
             raise ConfigError(errors)
-        self.kl_ctl = build_kl_controller(cfg.algorithm)
-        self.actor_loss_fn = make_actor_loss_fn(cfg.algorithm)
-        self.critic_loss_fn = make_critic_loss_fn(cfg.algorithm) if cfg.critic is not None else None
         self.model_path = resolve_model(cfg.pretrain)
-        self.version = 0
+        self.policy: PolicyTrainer | None = None
         self.loop: LoopThread | None = None
         self.data_metrics: dict[str, float] = {}
 
@@ -134,18 +117,11 @@ class RLVRPipeline(BasePipeline):
         self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
 
         self.make_pool()
-        steps = self.optimizer_steps_per_step()
-        self.actor_train = self.make_cluster("actor_train", ActorWorker, cfg.actor_train,
-                                             num_training_steps=steps["actor"] * cfg.max_steps)
-        self.actor_infer = self.make_cluster("actor_infer", InferenceWorker, cfg.actor_infer)
-        self.reference = self.make_cluster("reference", ReferenceWorker, cfg.reference) if cfg.reference is not None else None
-        self.critic = (self.make_cluster("critic", CriticWorker, cfg.critic, num_training_steps=steps["critic"] * cfg.max_steps)
-                       if cfg.critic is not None else None)
-        self.model_update = ModelUpdateGroup(self.actor_train, [self.actor_infer], cfg.model_update_buffer_size_mb)
+        self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
         self.reward_clusters = {name: self._make_reward_cluster(name, rc) for name, rc in cfg.rewards.items()}
         self.rewards = RewardClient(self.reward_clusters, self.tag_to_reward, dict(cfg.rewards))
         self.loop = LoopThread("rlvr-rollout")
-        self.router = Router(self.actor_infer.workers, cfg.rollout.max_inflight_per_worker)
+        self.router = Router(self.policy.actor_infer.workers, cfg.rollout.max_inflight_per_worker)
 
     def _prepare(self, samples: list[PromptSample], split: str) -> list[Prompt]:
         """Tokenize with the chat template; drop (and count) prompts over max_prompt_length."""
@@ -202,23 +178,18 @@ class RLVRPipeline(BasePipeline):
             logger.warning("step %d: no usable responses (all failed or filtered); skipping training", step)
             metrics["rollout/empty_batch"] = 1.0
             return metrics
-        metrics.update(self.reference_logprobs(batch))
-        metrics.update(self.old_logprobs(batch))
-        metrics.update(self.critic_values(batch))
-        metrics.update(self.advantages(batch))
-        metrics.update(self.train_critic(batch))
-        metrics.update(self.train_actor(batch))
+        policy = self.policy
+        metrics.update(policy.reference_logprobs(batch))
+        metrics.update(policy.old_logprobs(batch))
+        metrics.update(policy.critic_values(batch))
+        metrics.update(policy.advantages(batch))
+        metrics.update(policy.train_critic(batch))
+        metrics.update(policy.train_actor(batch))
         return metrics
 
     def sync_weights(self, step: int) -> dict[str, float]:
-        """Push the trainer's weights (version = steps trained) to the inference workers.
-        Generation is finished between steps, so no request sees a half-updated model."""
-        if self.version == step:
-            return {}
-        with self.timer("model_update"):
-            out = self.model_update.update(version=step)
-        self.version = step
-        return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
+        """Generation is finished between steps, so no request sees a half-updated model."""
+        return self.policy.sync_weights(step)
 
     def collect_rollouts(self, step: int) -> tuple[Batch | None, dict[str, float]]:
         """Groups of scored responses for ``rollout_batch_size / group_size`` prompts, with
@@ -408,19 +379,11 @@ class RLVRPipeline(BasePipeline):
 
     # ================================================================ checkpoint
     def save_state(self, ckpt_dir: Path) -> dict[str, Any]:
-        self.actor_train.call("save", str(ckpt_dir / "actor_train"))
-        if self.critic is not None:
-            self.critic.call("save", str(ckpt_dir / "critic"))
-        return {"kl_coef": self.kl_ctl.state_dict(), "sampler": self.sampler.state_dict(), "version": self.version}
+        return {**self.policy.save(ckpt_dir), "sampler": self.sampler.state_dict()}
 
     def load_state(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
-        self.actor_train.call("load", str(ckpt_dir / "actor_train"))
-        if self.critic is not None:
-            self.critic.call("load", str(ckpt_dir / "critic"))
-        self.kl_ctl.load_state_dict(state["kl_coef"])
+        self.policy.load(ckpt_dir, state)
         self.sampler.load_state_dict(state["sampler"])
-        # version stays 0: the inference workers still serve the pretrained weights, so the
-        # first step after resume syncs the restored ones
 
     def shutdown(self) -> None:
         if self.loop is not None:

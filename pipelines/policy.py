@@ -1,0 +1,199 @@
+"""The policy side of an RL step, shared by the agentic and RLVR pipelines (composition, not
+inheritance): the roles (actor_train, actor_infer, optional reference and critic), the weight
+sync between them, the phases after rollouts, and their part of a checkpoint.
+
+A pipeline calls the phases in order on a rollout batch (the batch contract of
+`roll.data.trajectory.trajectories_to_batch`):
+
+    reference_logprobs -> old_logprobs -> critic_values -> advantages -> train_critic -> train_actor
+
+No algorithm maths lives here: advantages come from `roll.algorithms.compute_advantages`
+(estimator chosen by name), losses from `make_actor_loss_fn` / `make_critic_loss_fn`.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Optional
+
+import numpy as np
+import torch
+
+from roll.algorithms import (
+    AdvantageInputs,
+    apply_sample_mask,
+    build_kl_controller,
+    build_sample_mask,
+    compute_advantages,
+    kl_for_reward,
+    make_actor_loss_fn,
+    make_critic_loss_fn,
+)
+from roll.config.schema import PipelineConfig
+from roll.data.batch import Batch
+from roll.distributed.model_update import ModelUpdateGroup
+from roll.distributed.resource_pool import parse_device_mapping
+from roll.workers.actor import ActorWorker
+from roll.workers.critic import CriticWorker
+from roll.workers.inference import InferenceWorker
+from roll.workers.reference import ReferenceWorker
+
+
+def dp_size(role: Any) -> int:
+    """Data-parallel ranks of a role (workers of its device mapping, or its CPU world size)."""
+    if role.device_mapping is not None:
+        return max(1, len(parse_device_mapping(role.device_mapping)) // max(1, role.num_gpus_per_worker))
+    return int(role.world_size or 1)
+
+
+def optimizer_steps_per_step(cfg: PipelineConfig) -> dict[str, int]:
+    """Optimizer steps each training role takes per pipeline step (for LR schedules)."""
+    out = {}
+    for name, role in (("actor", cfg.actor_train), ("critic", cfg.critic)):
+        if role is None:
+            out[name] = 0
+            continue
+        ta = role.training_args
+        per_step = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * dp_size(role)
+        out[name] = max(1, -(-cfg.rollout_batch_size // per_step)) * cfg.algorithm.ppo_epochs
+    return out
+
+
+def mean_metrics(results: Any) -> dict[str, float]:
+    """Per-rank metric dicts -> their mean (a single dict passes through)."""
+    if isinstance(results, dict):
+        return results
+    keys = {k for r in results for k in r}
+    return {k: float(np.mean([r[k] for r in results if k in r])) for k in keys}
+
+
+def batch_advantages(batch: Batch, alg: Any, kl_ctl: Any) -> dict[str, float]:
+    """Rewards -> ``advantages`` / ``returns`` on a rollout batch, then the sample masks
+    (failed, overlong, too easy/hard) applied to ``response_mask``; ``kl_ctl`` gives the
+    KL-in-reward coefficient and is updated with the batch's KL to the reference."""
+    kl = None
+    if "ref_logprobs" in batch:
+        kl = kl_for_reward(batch["old_logprobs"], batch["ref_logprobs"], batch["response_mask"],
+                           alg.kl_estimator if alg.use_kl_in_reward else None)
+    nt = batch.non_tensors
+    inputs = AdvantageInputs(
+        token_rewards=batch["token_rewards"], response_mask=batch["response_mask"],
+        group_ids=list(nt["group_id"]), values=batch.tensors.get("values"), turn_ids=batch["turn_ids"],
+        tags=list(nt["env_tag"]), kl=kl, state_keys=list(nt["state_key"]) if "state_key" in nt else None,
+        episode_ids=list(nt["episode_id"]) if "episode_id" in nt else None,
+        step_ids=list(nt["step_index"]) if "step_index" in nt else None,
+    )
+    out = compute_advantages(inputs, alg, kl_coef=kl_ctl.value)
+    batch["advantages"] = out.advantages
+    batch["returns"] = out.returns
+    metrics = dict(out.metrics)
+    truncated = torch.as_tensor([bool(x) for x in nt["truncated"]]) if "truncated" in nt else None
+    success = torch.as_tensor([float(bool(x)) for x in nt["success"]]) if "success" in nt else None
+    keep, mask_metrics = build_sample_mask(alg, group_ids=list(nt["group_id"]), success=success,
+                                           truncated=truncated, batch_size=len(batch))
+    batch["response_mask"] = apply_sample_mask(batch["response_mask"], keep)
+    metrics.update(mask_metrics)
+    if kl is not None:
+        mean_kl = float((kl * batch["response_mask"]).sum() / batch["response_mask"].sum().clamp(min=1))
+        kl_ctl.update(mean_kl, len(batch))
+        metrics["actor/ref_kl"] = mean_kl
+    return metrics
+
+
+class PolicyTrainer:
+    """Builds the policy roles through ``make_cluster`` and runs the training phases."""
+
+    def __init__(self, cfg: PipelineConfig, make_cluster: Callable[..., Any], timer: Callable[[str], ContextManager]):
+        self.cfg = cfg
+        self.timer = timer
+        alg = cfg.algorithm
+        self.kl_ctl = build_kl_controller(alg)
+        self.actor_loss_fn = make_actor_loss_fn(alg)
+        self.critic_loss_fn = make_critic_loss_fn(alg) if cfg.critic is not None else None
+        steps = optimizer_steps_per_step(cfg)
+        self.actor_train = make_cluster("actor_train", ActorWorker, cfg.actor_train,
+                                        num_training_steps=steps["actor"] * cfg.max_steps)
+        self.actor_infer = make_cluster("actor_infer", InferenceWorker, cfg.actor_infer)
+        self.reference = make_cluster("reference", ReferenceWorker, cfg.reference) if cfg.reference is not None else None
+        self.critic = (make_cluster("critic", CriticWorker, cfg.critic, num_training_steps=steps["critic"] * cfg.max_steps)
+                       if cfg.critic is not None else None)
+        self.model_update = ModelUpdateGroup(self.actor_train, [self.actor_infer], cfg.model_update_buffer_size_mb)
+        self.version = 0
+        """Weight version the inference workers serve (= training steps it includes)."""
+
+    # ---- weight sync -------------------------------------------------------------------------
+    def sync_weights(self, step: int, around: Optional[ContextManager] = None) -> dict[str, float]:
+        """Push the trainer's weights (version = training steps so far) to the inference
+        workers unless they already serve it; ``around`` wraps the transfer (e.g. the rollout
+        scheduler's suspend/resume)."""
+        if self.version == step:
+            return {}
+        with self.timer("model_update"), (around or contextlib.nullcontext()):
+            out = self.model_update.update(version=step)
+        self.version = step
+        return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
+
+    # ---- phases ----------------------------------------------------------------------------------
+    def reference_logprobs(self, batch: Batch) -> dict[str, float]:
+        if self.reference is None:
+            return {}
+        with self.timer("reference"):
+            batch["ref_logprobs"] = self.reference.call("compute_logprobs", batch, "ref_logprobs", mode="dp")["ref_logprobs"]
+        return {}
+
+    def old_logprobs(self, batch: Batch) -> dict[str, float]:
+        """Recomputed by the trainer (and compared with the inference logprobs), or taken from
+        the inference engine when ``recompute_old_logprobs`` is off."""
+        if not self.cfg.algorithm.recompute_old_logprobs:
+            batch["old_logprobs"] = batch["infer_logprobs"]
+            return {}
+        with self.timer("old_logprobs"):
+            batch["old_logprobs"] = self.actor_train.call("compute_logprobs", batch, "old_logprobs", mode="dp")["old_logprobs"]
+        diff = (batch["old_logprobs"] - batch["infer_logprobs"]).abs()[batch["response_mask"].bool()]
+        if diff.numel() == 0:
+            return {}
+        return {"rollout/train_infer_logprob_diff": float(diff.mean()),
+                "rollout/train_infer_logprob_diff_max": float(diff.max())}
+
+    def critic_values(self, batch: Batch) -> dict[str, float]:
+        if self.critic is None:
+            return {}
+        with self.timer("critic_values"):
+            values = self.critic.call("compute_values", batch, "values", mode="dp")["values"]
+        batch["values"] = values
+        batch["old_values"] = values
+        return {}
+
+    def advantages(self, batch: Batch) -> dict[str, float]:
+        return batch_advantages(batch, self.cfg.algorithm, self.kl_ctl)
+
+    def train_critic(self, batch: Batch) -> dict[str, float]:
+        if self.critic is None:
+            return {}
+        with self.timer("critic_train"):
+            return self._train(self.critic, self.cfg.critic, batch, self.critic_loss_fn)
+
+    def train_actor(self, batch: Batch) -> dict[str, float]:
+        with self.timer("actor_train"):
+            return self._train(self.actor_train, self.cfg.actor_train, batch, self.actor_loss_fn)
+
+    def _train(self, cluster: Any, role: Any, batch: Batch, loss_fn: Any) -> dict[str, float]:
+        # Step-mode and short batches need not divide evenly: pad with loss-masked copies so
+        # every data-parallel rank gets the same number of micro-batches.
+        padded, _ = batch.pad_rows_to_multiple(cluster.world_size * role.training_args.per_device_train_batch_size)
+        return mean_metrics(cluster.call("train", padded, loss_fn, self.cfg.algorithm.ppo_epochs, mode="dp"))
+
+    # ---- checkpoint ----------------------------------------------------------------------------
+    def save(self, ckpt_dir: Path) -> dict[str, Any]:
+        self.actor_train.call("save", str(ckpt_dir / "actor_train"))
+        if self.critic is not None:
+            self.critic.call("save", str(ckpt_dir / "critic"))
+        return {"kl_coef": self.kl_ctl.state_dict()}
+
+    def load(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
+        self.actor_train.call("load", str(ckpt_dir / "actor_train"))
+        if self.critic is not None:
+            self.critic.call("load", str(ckpt_dir / "critic"))
+        self.kl_ctl.load_state_dict(state["kl_coef"])
+        # self.version stays 0: the inference workers still hold the pretrained weights, so
+        # the first step after a resume syncs the restored ones.
