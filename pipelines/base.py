@@ -6,15 +6,13 @@ checkpoint hooks ``save_state(dir)`` / ``load_state(dir, state)``; everything el
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import shutil
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Coroutine, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -59,24 +57,6 @@ def init_ray(cfg: PipelineConfig) -> None:
         if cfg.ray.num_cpus is not None:
             kwargs["num_cpus"] = cfg.ray.num_cpus
     ray.init(**kwargs)
-
-
-class LoopThread:
-    """An asyncio event loop on a daemon thread: the rollout scheduler keeps producing
-    episodes while the driver trains (asynchronous generation)."""
-
-    def __init__(self, name: str = "rollout-loop"):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine, timeout: Optional[float] = None) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
 
 
 class BasePipeline:

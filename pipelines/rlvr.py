@@ -41,7 +41,8 @@ from roll.workers.base import resolve_model
 from roll.workers.inference import InferenceWorker
 from roll.workers.reward import RewardClient, RewardResult, RewardWorker
 
-from roll.pipelines.base import BasePipeline, LoopThread
+from roll.pipelines.base import BasePipeline
+from roll.utils.loop import LoopThread
 from roll.pipelines.policy import PolicyTrainer
 
 logger = get_logger("roll.pipelines.rlvr")

@@ -13,13 +13,12 @@ one inference worker; the bound an engine sees is that times ``num_env_workers``
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from roll.rollout.scheduler import RolloutBatch, RolloutScheduler
+from roll.utils.loop import LoopThread
 from roll.workers.environment import EnvironmentWorker, create_env_workers
 
 
@@ -67,9 +66,7 @@ class ThreadedScheduler:
     """Blocking calls into a RolloutScheduler that lives on a background event loop."""
 
     def __init__(self, make_scheduler: Callable[[], RolloutScheduler]):
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="rollout-loop", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("rollout-loop")
         # asyncio objects of the scheduler belong to the loop that uses them
         self.scheduler: RolloutScheduler = self._run(self._make(make_scheduler))
 
@@ -78,7 +75,7 @@ class ThreadedScheduler:
         return make_scheduler()
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return self._loop.run(coro, timeout)
 
     def get_batch(self, n: int, timeout_s: float | None = None) -> RolloutBatch:
         return self._run(self.scheduler.get_batch(n, timeout_s))
@@ -103,7 +100,6 @@ class ThreadedScheduler:
             self.resume()
 
     def close(self) -> None:
-        if self._loop.is_running():
+        if self._loop.running:
             self._run(self.scheduler.shutdown())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
+        self._loop.close()
