@@ -29,7 +29,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -107,11 +107,11 @@ def bench_size(size: str, repeats: int) -> dict:
 
 def write_docs(rows: list[dict], args: argparse.Namespace, wall_s: float) -> None:
     lines = [SECTION, "",
-             f"`python bench/model_update.py{' --quick' if args.quick else ''}` ({wall_s:.0f} s, {platform.machine()}, "
-             f"Python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPU cores shared with other work, "
-             f"1-minute load average {args.load_avg:.1f} at the start). "
-             "One trainer rank (torch_train DDP) -> one hf_infer worker per path, CPU Ray, bucket 256 MB; best of "
-             f"{args.repeats} updates per path. Bound = model bytes / memcpy bandwidth measured in the same run.", "",
+             (f"`python bench/model_update.py{' --quick' if args.quick else ''}` ({wall_s:.0f} s, {platform.machine()}, "
+              f"Python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPU cores shared with other work, "
+              f"1-minute load average {args.load_avg:.1f} at the start). "
+              "One trainer rank (torch_train DDP) -> one hf_infer worker per path, CPU Ray, bucket 256 MB; best of "
+              f"{args.repeats} updates per path. Bound = model bytes / memcpy bandwidth measured in the same run."), "",
              "| model | params | bytes | memcpy bound | colocated (shared memory) | ratio | trainer-side send | broadcast (gloo) | ratio | max logprob diff after sync |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -124,17 +124,17 @@ def write_docs(rows: list[dict], args: argparse.Namespace, wall_s: float) -> Non
         e2e, send = r["colocated_s"] / r["memcpy_s"], r["colocated_send_s"] / r["memcpy_s"]
         verdict.append(f"{r['size']}: end to end {e2e:.2f}x ({'met' if e2e <= 3 else 'not met'}), "
                        f"trainer-side {send:.2f}x ({'met' if send <= 3 else 'not met'})")
-    lines += ["", "Target (colocated within 3x of the bound): " + "; ".join(verdict) + ". The end-to-end time includes "
-              "three sequential Ray round trips (pause, send, publish), a fixed few milliseconds on this loaded machine "
-              "that dominates for the small model."]
-    lines += ["", "Colocated: trainer rank 0 writes each parameter straight into the inference worker's shared-memory "
-              "weight block (one copy per byte) while that worker's generation is paused; the end-to-end time adds the "
-              "Ray calls that pause, publish the version and check it. Broadcast (disaggregated workers): buckets are "
-              "flattened into a reused byte buffer and broadcast over a dedicated gloo group (loopback TCP here, whose "
-              "bandwidth rather than memcpy bounds this path), then copied into the weights.", ""]
+    lines += ["", ("Target (colocated within 3x of the bound): " + "; ".join(verdict) + ". The end-to-end time includes "
+                   "three sequential Ray round trips (pause, send, publish), a fixed few milliseconds on this loaded machine "
+                   "that dominates for the small model.")]
+    lines += ["", ("Colocated: trainer rank 0 writes each parameter straight into the inference worker's shared-memory "
+               "weight block (one copy per byte) while that worker's generation is paused; the end-to-end time adds the "
+               "Ray calls that pause, publish the version and check it. Broadcast (disaggregated workers): buckets are "
+               "flattened into a reused byte buffer and broadcast over a dedicated gloo group (loopback TCP here, whose "
+               "bandwidth rather than memcpy bounds this path), then copied into the weights."), ""]
     section = "\n".join(lines)
     text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
     text = pattern.sub(section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
     DOCS.write_text(text)
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,11 +78,11 @@ def gather(results: list[Any]) -> Any:
 class ClusterFuture:
     """Pending results of one cluster call; ``get`` raises WorkerError naming role and rank."""
 
-    def __init__(self, cluster: "Cluster", method: str, refs: list[Any], ranks: list[int], mode: str, timeout_s: float):
+    def __init__(self, cluster: Cluster, method: str, refs: list[Any], ranks: list[int], mode: str, timeout_s: float):
         self.cluster, self.method, self.refs, self.ranks, self.mode = cluster, method, refs, ranks, mode
         self.timeout_s = timeout_s
 
-    def get(self, timeout: Optional[float] = None) -> Any:
+    def get(self, timeout: float | None = None) -> Any:
         import ray
         from ray.exceptions import RayTaskError
 
@@ -147,9 +148,9 @@ class Cluster:
     """N Ray actors of one role (see module docstring)."""
 
     def __init__(self, role_name: str, worker_cls: type, worker_config: Any, resource_pool: Any = None, *,
-                 worker_kwargs: Optional[dict] = None, collective: Optional[bool] = None,
-                 max_restarts: Optional[int] = None, on_restart: Optional[Callable[["Cluster"], None]] = None,
-                 setup_timeout_s: Optional[float] = None):
+                 worker_kwargs: dict | None = None, collective: bool | None = None,
+                 max_restarts: int | None = None, on_restart: Callable[[Cluster], None] | None = None,
+                 setup_timeout_s: float | None = None):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -172,8 +173,8 @@ class Cluster:
         remote_cls = ray.remote(worker_cls)
         self.workers = []
         for rank in range(self.world_size):
-            opts: dict[str, Any] = dict(max_restarts=restarts, max_task_retries=0,
-                                        max_concurrency=worker_config.max_concurrency if self.is_async else 1)
+            opts: dict[str, Any] = {"max_restarts": restarts, "max_task_retries": 0,
+                                    "max_concurrency": worker_config.max_concurrency if self.is_async else 1}
             env = {"ROLL_ROLE": role_name, "ROLL_RANK": str(rank)}
             if self.slots is not None:
                 slot = self.slots[rank]
@@ -188,7 +189,7 @@ class Cluster:
         self._broken: set[int] = set()
         self._dead: set[int] = set()  # died: Ray restarts these on its own
         self._group_broken = False
-        self._pids: list[Optional[int]] = [None] * self.world_size
+        self._pids: list[int | None] = [None] * self.world_size
         self._rank_restarts = [0] * self.world_size
         try:
             self._setup_all()
@@ -285,15 +286,15 @@ class Cluster:
         self._mark_broken([rank], died=True)
 
     # ---- calls -----------------------------------------------------------------------------
-    def _submit(self, method: str, ranks: list[int], args: tuple, kwargs: dict, per_rank_args: Optional[list[tuple]] = None,
-                mode: str = "all", timeout_s: Optional[float] = None) -> ClusterFuture:
+    def _submit(self, method: str, ranks: list[int], args: tuple, kwargs: dict, per_rank_args: list[tuple] | None = None,
+                mode: str = "all", timeout_s: float | None = None) -> ClusterFuture:
         refs = []
         for i, rank in enumerate(ranks):
             a = per_rank_args[i] if per_rank_args is not None else args
             refs.append(getattr(self.workers[rank], method).remote(*a, **kwargs))
         return ClusterFuture(self, method, refs, ranks, mode, self.call_timeout_s if timeout_s is None else timeout_s)
 
-    def call_async(self, method: str, *args: Any, mode: str = "all", timeout_s: Optional[float] = None, **kwargs: Any) -> ClusterFuture:
+    def call_async(self, method: str, *args: Any, mode: str = "all", timeout_s: float | None = None, **kwargs: Any) -> ClusterFuture:
         if mode not in DISPATCH_MODES:
             raise ValueError(f"unknown dispatch mode {mode!r}; choose one of {', '.join(DISPATCH_MODES)}")
         self.ensure_ready()
@@ -309,7 +310,7 @@ class Cluster:
             return self._submit(method, ranks, args, kwargs, [tuple(p) for p in per_rank], mode=mode, timeout_s=timeout_s)
         return self._submit(method, ranks, args, kwargs, mode=mode, timeout_s=timeout_s)
 
-    def call(self, method: str, *args: Any, mode: str = "all", timeout_s: Optional[float] = None, **kwargs: Any) -> Any:
+    def call(self, method: str, *args: Any, mode: str = "all", timeout_s: float | None = None, **kwargs: Any) -> Any:
         return self.call_async(method, *args, mode=mode, timeout_s=timeout_s, **kwargs).get()
 
     def offload(self) -> None:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -46,7 +47,7 @@ def bucket_meta(bucket: Sequence[tuple[str, torch.Tensor]]) -> list[tuple[str, t
     return [(n, tuple(t.shape), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()) for n, t in bucket]
 
 
-def flatten_bucket(bucket: Sequence[tuple[str, torch.Tensor]], out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def flatten_bucket(bucket: Sequence[tuple[str, torch.Tensor]], out: torch.Tensor | None = None) -> torch.Tensor:
     """One uint8 buffer holding the bucket's bytes (written into ``out`` when it is large enough)."""
     parts = [t.detach().contiguous().view(-1).view(torch.uint8) for _, t in bucket]
     total = sum(p.numel() for p in parts)
@@ -55,7 +56,7 @@ def flatten_bucket(bucket: Sequence[tuple[str, torch.Tensor]], out: Optional[tor
     return torch.cat(parts, out=out[:total])
 
 
-def _reusable(buf: Optional[torch.Tensor], nbytes: int, device: Any) -> torch.Tensor:
+def _reusable(buf: torch.Tensor | None, nbytes: int, device: Any) -> torch.Tensor:
     """A persistent byte buffer: re-allocating ~100 MB per bucket costs a page fault per 4 KB."""
     if buf is None or buf.numel() < nbytes or str(buf.device) != str(torch.device(device)):
         buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
@@ -116,7 +117,7 @@ class WeightSender:
         self.group = None
         self.store = None
         self.name = ""
-        self._buf: Optional[torch.Tensor] = None
+        self._buf: torch.Tensor | None = None
 
     def attach_shared(self, layouts: Sequence[dict]) -> None:
         from multiprocessing import resource_tracker, shared_memory
@@ -125,7 +126,7 @@ class WeightSender:
         for layout in layouts:
             shm = shared_memory.SharedMemory(name=layout["shm_name"])
             # the block belongs to the inference worker: this process must not unlink it at exit
-            resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 (no public API on py<3.13)
+            resource_tracker.unregister(shm._name, "shared_memory")
             views = {name: torch.frombuffer(shm.buf, dtype=getattr(torch, dt), count=int(torch.Size(shape).numel()), offset=off).view(shape)
                      for name, (off, shape, dt) in layout["params"].items()}
             self._shms.append(shm)
@@ -191,7 +192,7 @@ class ModelUpdateGroup:
     """Trainer -> inference weight sync (see module docstring)."""
 
     def __init__(self, train_cluster: Any, infer_clusters: Any, bucket_size_mb: int = 256, *,
-                 mode: str = "auto", timeout_s: Optional[float] = None):
+                 mode: str = "auto", timeout_s: float | None = None):
         import ray
 
         if mode not in ("auto", "colocated", "broadcast"):
@@ -252,7 +253,7 @@ class ModelUpdateGroup:
         logger.info("model update links: %s", {f"{self.infers[c].role}[{r}]": p for (c, r), p in self.paths.items()})
 
     # ---- update -----------------------------------------------------------------------------------
-    def update(self, version: Optional[int] = None) -> dict[str, float]:
+    def update(self, version: int | None = None) -> dict[str, float]:
         """Send the trainer's current weights as ``version`` (default: previous + 1); returns
         ``model_update/*`` metrics. Raises if any inference worker does not serve it afterwards.
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from roll.config.validate import ConfigError
 from roll.utils.logging import get_logger
@@ -45,7 +45,8 @@ def parse_device_mapping(spec: Any) -> list[int]:
             raise ValueError(f"device_mapping list must hold non-negative integers, got {list(spec)!r}")
         return list(spec)
     if not isinstance(spec, str):
-        raise ValueError(f"device_mapping must be a list or a range string like '0-7', got {spec!r}")
+        # ValueError like every other malformed mapping: the planner collects them as config problems
+        raise ValueError(f"device_mapping must be a list or a range string like '0-7', got {spec!r}")  # noqa: TRY004
     ranks: list[int] = []
     for part in spec.replace(" ", "").split(","):
         m = _RANGE.match(part)
@@ -87,7 +88,7 @@ class PoolInfo:
         return sum(self.cpus_per_node)
 
 
-def read_pool_info(num_cpus_hint: Optional[int] = None) -> PoolInfo:
+def read_pool_info(num_cpus_hint: int | None = None) -> PoolInfo:
     """From the connected Ray cluster, else from this machine (``roll plan`` starts no cluster)."""
     try:
         import ray
@@ -162,7 +163,7 @@ def _tp(strategy_config: dict) -> tuple[int, int]:
     return int(tp or 1), int(pp or 1)
 
 
-def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles: Optional[dict[str, tuple[int, float]]] = None) -> Plan:
+def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles: dict[str, tuple[int, float]] | None = None) -> Plan:
     """Place ``roles`` (name -> WorkerConfig) on the pool; every problem goes to ``plan.errors``."""
     errors: list[str] = []
     device = resources.device
@@ -310,7 +311,7 @@ def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
             errors.append(f"{name}: rollout_batch_size {rbs} does not split evenly over its {p.dp_size} data-parallel ranks")
 
 
-def make_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> Plan:
+def make_plan(cfg: Any, pool: PoolInfo | None = None) -> Plan:
     """The placement and batch arithmetic of a PipelineConfig, with every problem listed."""
     pool = pool or read_pool_info(cfg.ray.num_cpus)
     roles, cpu_roles = _config_roles(cfg)
@@ -319,7 +320,7 @@ def make_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> Plan:
     return plan
 
 
-def validate_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> Plan:
+def validate_plan(cfg: Any, pool: PoolInfo | None = None) -> Plan:
     """Run before launch: raises ConfigError naming every placement and batch problem."""
     plan = make_plan(cfg, pool)
     if plan.errors:
@@ -329,7 +330,7 @@ def validate_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> Plan:
     return plan
 
 
-def print_plan(cfg: Any, pool: Optional[PoolInfo] = None) -> bool:
+def print_plan(cfg: Any, pool: PoolInfo | None = None) -> bool:
     """``roll plan``: print the placement table and batch arithmetic; False if the plan is invalid."""
     from rich.console import Console
     from rich.table import Table
@@ -383,8 +384,8 @@ class ResourcePool:
     and one group per CPU-only role. Use ``ResourcePool.from_config(cfg)`` in pipelines, or
     ``ResourcePool(resources, {role: WorkerConfig})`` directly."""
 
-    def __init__(self, resources: Any, roles: dict[str, Any], *, pool: Optional[PoolInfo] = None, timeout_s: float = 60.0,
-                 cpu_roles: Optional[dict[str, tuple[int, float]]] = None):
+    def __init__(self, resources: Any, roles: dict[str, Any], *, pool: PoolInfo | None = None, timeout_s: float = 60.0,
+                 cpu_roles: dict[str, tuple[int, float]] | None = None):
         import ray
 
         if not ray.is_initialized():
@@ -406,7 +407,7 @@ class ResourcePool:
                 self._probe_gpu_ids(used)
 
     @classmethod
-    def from_config(cls, cfg: Any, timeout_s: float = 60.0) -> "ResourcePool":
+    def from_config(cls, cfg: Any, timeout_s: float = 60.0) -> ResourcePool:
         roles, cpu_roles = _config_roles(cfg)
         return cls(cfg.resources, roles, timeout_s=timeout_s, cpu_roles=cpu_roles)
 

@@ -42,7 +42,7 @@ import concurrent.futures
 import random
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -99,7 +99,7 @@ def filter_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.
 class HFInferStrategy:
     """Batched, per-request-seeded generation on a Hugging Face model (see module docstring)."""
 
-    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, device: Optional[str] = None, seed: int = 0):
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, device: str | None = None, seed: int = 0):
         opts = dict(worker_config.strategy_args.strategy_config)
         self.max_batch_size = int(opts.pop("max_batch_size", 32))
         self.batch_wait_s = float(opts.pop("batch_wait_ms", 5.0)) / 1000.0
@@ -117,13 +117,13 @@ class HFInferStrategy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # one user of the weights at a time: a decode batch or an update
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-decode")
-        self._queue: Optional[asyncio.Queue] = None
-        self._loop_task: Optional[asyncio.Task] = None
+        self._queue: asyncio.Queue | None = None
+        self._loop_task: asyncio.Task | None = None
         self._aborted: set[str] = set()
         self._running: set[str] = set()
         self._shm = None  # shared-memory block backing the parameters (colocated weight sync)
-        self._resume: Optional[asyncio.Event] = None  # cleared while a weight update is in progress
-        self._pause_timer: Optional[asyncio.TimerHandle] = None
+        self._resume: asyncio.Event | None = None  # cleared while a weight update is in progress
+        self._pause_timer: asyncio.TimerHandle | None = None
         self.num_batches = 0
         self.pause_timeouts = 0
 
@@ -255,7 +255,7 @@ class HFInferStrategy:
         stop_tail = [max((len(s) for s in r.stop_strings), default=0) + 2 for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lps: list[list[float]] = [[] for _ in requests]
-        reason: list[Optional[str]] = [None] * n
+        reason: list[str | None] = [None] * n
         version = self._version
         past = None
         step_ids, step_pos = input_ids, positions
@@ -283,9 +283,7 @@ class HFInferStrategy:
                 nxt[i] = tok
                 out_ids[i].append(tok)
                 out_lps[i].append(lp)
-                if tok in stop_ids[i]:
-                    reason[i] = "stop"
-                elif r.stop_strings and self._hits_stop_string(out_ids[i], r.stop_strings, stop_tail[i]):
+                if tok in stop_ids[i] or r.stop_strings and self._hits_stop_string(out_ids[i], r.stop_strings, stop_tail[i]):
                     reason[i] = "stop"
                 elif len(out_ids[i]) >= r.max_new_tokens:
                     reason[i] = "length"

@@ -41,7 +41,8 @@ from __future__ import annotations
 import datetime
 import math
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -100,8 +101,8 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
 class TorchTrainStrategy:
     """DDP / FSDP2 trainer of a HF causal LM (or its value-head critic); see module docstring."""
 
-    def __init__(self, worker_config: Any, model_path: Optional[str] = None, *, critic: bool = False,
-                 seed: int = 42, num_training_steps: Optional[int] = None, device: Optional[str] = None):
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, critic: bool = False,
+                 seed: int = 42, num_training_steps: int | None = None, device: str | None = None):
         opts = dict(worker_config.strategy_args.strategy_config)
         self.parallel = opts.pop("parallel", "ddp")
         self.reshard_after_forward = bool(opts.pop("reshard_after_forward", True))
@@ -118,7 +119,7 @@ class TorchTrainStrategy:
         self.seed = seed
         self.num_training_steps = self.args.num_training_steps or num_training_steps
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model: Optional[torch.nn.Module] = None
+        self.model: torch.nn.Module | None = None
         self.step = 0
         self.skipped_steps = 0
 
@@ -180,7 +181,7 @@ class TorchTrainStrategy:
         return _unwrap(self.model)
 
     # ---- forward ----------------------------------------------------------------------------
-    def _forward(self, batch: Batch, entropy: bool = False) -> tuple[Optional[torch.Tensor], dict[str, torch.Tensor]]:
+    def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          position_ids=position_ids_for(batch), use_cache=False)
         if self.critic:
@@ -320,7 +321,10 @@ class TorchTrainStrategy:
         return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
     def save(self, path: str) -> None:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         model_sd = get_model_state_dict(self.model, options=self._state_options())
         optim_sd = get_optimizer_state_dict(self.model, self.optimizer, options=self._state_options())
@@ -332,7 +336,11 @@ class TorchTrainStrategy:
         dist.barrier()
 
     def load(self, path: str) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         # from_pretrained restores tied weights that save_pretrained de-duplicated
         full = type(self.hf_model).from_pretrained(path, dtype=_DTYPES[self.cfg.dtype]).state_dict()

@@ -15,7 +15,7 @@ plus ``setup()``, see roll/strategies/torch_train.py). Call it through a Cluster
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from roll.data.batch import Batch
 from roll.distributed.model_update import WeightSender
@@ -29,7 +29,7 @@ class ActorWorker(Worker):
     is_critic = False
 
     def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *,
-                 num_training_steps: Optional[int] = None, **kwargs: Any):
+                 num_training_steps: int | None = None, **kwargs: Any):
         super().__init__(role, rank, world_size, worker_config, **kwargs)
         self.num_training_steps = num_training_steps
         self.strategy = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Optional
+from typing import Any
 
 from roll.utils.logging import get_logger, setup_logging
 
@@ -21,7 +21,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def resolve_model(path: Optional[str]) -> Optional[str]:
+def resolve_model(path: str | None) -> str | None:
     """``roll-tiny://...`` -> the cached local directory; anything else unchanged."""
     if path and path.startswith("roll-tiny://"):
         from roll.models.tiny import resolve_model_path
@@ -36,7 +36,7 @@ class Worker:
     collective = False
     """True for roles whose ranks form one torch.distributed group (restart together)."""
 
-    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, model_path: Optional[str] = None,
+    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, model_path: str | None = None,
                  seed: int = 42, **kwargs: Any):
         setup_logging()
         self.role, self.rank, self.world_size = role, rank, world_size

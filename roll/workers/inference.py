@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Optional
+from typing import Any
 
 from roll.data.batch import Batch
 from roll.distributed.model_update import WeightReceiver
@@ -71,7 +71,7 @@ class InferenceWorker(Worker):
             await self.strategy.pause(timeout_s)
         return os.getpid()
 
-    async def finish_weight_update(self, version: Optional[int]) -> int:
+    async def finish_weight_update(self, version: int | None) -> int:
         """Publish ``version`` (None: the update failed, keep the old one) and resume generation."""
         try:
             if version is not None:

@@ -7,7 +7,13 @@ import pytest
 
 from roll.cli import main as roll_main
 from roll.config import ConfigError, load_config
-from roll.distributed.resource_pool import PoolInfo, format_ranks, make_plan, parse_device_mapping, validate_plan
+from roll.distributed.resource_pool import (
+    PoolInfo,
+    format_ranks,
+    make_plan,
+    parse_device_mapping,
+    validate_plan,
+)
 
 CPU_BOX = PoolInfo([0], [2.0], "test machine")  # a 2-core laptop without GPUs
 GPU_NODE = PoolInfo([8], [64.0], "test gpu node")
@@ -72,8 +78,8 @@ BROKEN = {
                                "ranks 4-7 are outside the pool of 4"),
     "mapping not divisible": ("actor_infer: {device_mapping: '0-2', num_gpus_per_worker: 2}\n",
                               "3 devices are not divisible by num_gpus_per_worker=2"),
-    "tensor parallel does not fit": ("actor_infer: {device_mapping: '0-3', num_gpus_per_worker: 2, "
-                                     "strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 4}}}\n",
+    "tensor parallel does not fit": (("actor_infer: {device_mapping: '0-3', num_gpus_per_worker: 2, "
+                                      "strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 4}}}\n"),
                                      "tensor_parallel_size 4 x pipeline 1 does not fit num_gpus_per_worker=2"),
     "group size does not divide": ("rollout_batch_size: 10\ntrain_env_manager: {group_size: 4}\n",
                                    "rollout_batch_size 10 is not a multiple of the group size 4"),
