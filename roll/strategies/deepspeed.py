@@ -222,7 +222,8 @@ class DeepSpeedStrategy:
                            micro_batch_index=i, num_micro_batches=len(micro))
             logprobs, extra = self._forward(mb, entropy=need_entropy)
             loss, metrics = loss_fn(mb, extra["values"] if self.critic else logprobs, extra)
-            self.engine.backward(loss, scale_wrt_gas=False)
+            # this rank's share of the mini-batch loss; DeepSpeed averages gradients over ranks
+            self.engine.backward(loss * self.dp_size, scale_wrt_gas=False)
             loss_sum += loss.detach().double()
             for k, v in (metrics or {}).items():
                 metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
@@ -234,8 +235,7 @@ class DeepSpeedStrategy:
             self.nonfinite_grad_steps += 1
             logger.warning("deepspeed: non-finite grad norm %s at step %d", grad_norm, self.step)
         self.step += 1
-        dist.all_reduce(loss_sum)
-        loss_sum /= self.dp_size
+        dist.all_reduce(loss_sum)  # the ranks' shares add up to the mini-batch loss
         keys = sorted(metric_sums)
         reduced = torch.tensor([metric_sums[k] / len(micro) for k in keys], dtype=torch.float64, device=self.device)
         if len(reduced):

@@ -23,12 +23,13 @@ Contracts other parts rely on:
   the critic, whose second argument is the value predictions [b, T] instead) and ``extra``
   holding ``entropy`` [b, T] when ``loss_fn.needs_entropy`` is true (``values`` for the
   critic). Per the contract in roll/algorithms/losses.py the loss_fn normalises by the GLOBAL
-  counts and multiplies by ``dp_size``, so summing micro-batch gradients (no division by the
-  number of micro-batches here) and the DDP/FSDP all-reduce MEAN give exactly the gradient of
-  the whole mini-batch loss, whatever the data-parallel size and micro-batching. Then
+  counts; this strategy multiplies each micro-batch loss by ``dp_size`` before backward, so
+  summing micro-batch gradients (no division by the number of micro-batches) and the DDP/FSDP
+  all-reduce MEAN give exactly the gradient of the whole mini-batch loss, whatever the
+  data-parallel size and micro-batching (tests/strategies/test_data_parallel_invariance.py). Then
   gradient clipping (``max_grad_norm``), AdamW and the LR schedule step. A non-finite
   gradient norm skips the optimizer step (counted in ``skipped_steps``). Returns ``loss``
-  (the mini-batch loss: sum over micro-batches and ranks / dp_size), ``grad_norm``, ``lr``,
+  (the mini-batch loss: sum over micro-batches and ranks), ``grad_norm``, ``lr``,
   ``skipped_steps`` and the loss_fn's metrics averaged over micro-batches and ranks.
 - ``named_parameters_for_sync(bucket_size_mb)``: full (FSDP-gathered) parameters with their
   Hugging Face names, in buckets; a generator every rank must drain (FSDP gathers are
@@ -256,7 +257,9 @@ class TorchTrainStrategy:
             self._set_grad_sync(last)  # all-reduce / reduce-scatter gradients once, on the last micro-batch
             logprobs, extra = self._forward(mb, entropy=need_entropy)
             loss, metrics = loss_fn(mb, extra["values"] if self.critic else logprobs, extra)
-            loss.backward()
+            # The loss is this rank's share of the mini-batch loss (global normalisers); DDP and
+            # FSDP average gradients over ranks, so scale by dp_size to get their sum.
+            (loss * self.dp_size).backward()
             loss_sum += loss.detach().double()
             for k, v in (metrics or {}).items():
                 metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
@@ -270,8 +273,7 @@ class TorchTrainStrategy:
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.step += 1
-        dist.all_reduce(loss_sum)
-        loss_sum /= self.dp_size  # each micro-batch loss carries the loss_fn's dp_size factor
+        dist.all_reduce(loss_sum)  # the ranks' shares add up to the mini-batch loss
         reduced = torch.tensor([metric_sums[k] / len(micro) for k in sorted(metric_sums)], dtype=torch.float64, device=self.device)
         if len(reduced):
             dist.all_reduce(reduced)
