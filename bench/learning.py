@@ -182,7 +182,7 @@ def plot(runs: dict[str, dict[str, list[tuple[int, float]]]], title: str, out: P
 
 
 def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands: list[str],
-            reuse: bool = False) -> dict[str, Any]:
+            reuse: bool = False, ppo_steps: Optional[int] = None) -> dict[str, Any]:
     base = out_root / spec.name
     demos = base / "demos.jsonl"
     rl_main = spec.rl_configs["grpo"]
@@ -199,7 +199,8 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
     for algo in algos:
         rl_dir = base / algo
         cmd = roll_cmd("run", spec.rl_configs[algo], f"pretrain={sft_dir / 'final_model'}", f"output_dir={rl_dir}",
-                       f"max_steps={spec.rl_steps}", f"eval_steps={spec.eval_steps}", f"seed={seed}",
+                       f"max_steps={ppo_steps if algo == 'ppo' and ppo_steps else spec.rl_steps}",
+                       f"eval_steps={spec.eval_steps}", f"seed={seed}",
                        "show_progress=false", *spec.overrides)
         result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands, reuse)
         c = curves(read_metrics(rl_dir / "logs" / "metrics.jsonl"), spec.tag)
@@ -255,7 +256,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the same chain, tiny (does not touch docs/)")
     p.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"], choices=["frozenlake", "sokoban"])
-    p.add_argument("--ppo", action="store_true", help="also run PPO with a critic from the same SFT model")
+    p.add_argument("--ppo", nargs="*", default=None, choices=["frozenlake", "sokoban"],
+                   help="also run PPO with a critic from the same SFT model (for these envs; all when none named)")
+    p.add_argument("--ppo-steps", type=int, default=None,
+                   help="RL steps of the PPO run (default: the GRPO run's); a multiple of eval_steps")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--reuse", action="store_true",
                    help="skip stages already completed with the same command (see run_cmd)")
@@ -270,11 +274,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     specs = env_specs(args.quick)
     out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
     docs = Path(args.docs) if args.docs else (None if args.quick else ROOT / "docs")
-    algos = ["grpo", "ppo"] if args.ppo else ["grpo"]
+    ppo_envs = set() if args.ppo is None else set(args.ppo or args.envs)
     commands: list[str] = []
     results = {}
     for name in args.envs:
-        r = run_env(specs[name], algos, out_root, args.seed, commands, args.reuse)
+        algos = ["grpo", "ppo"] if name in ppo_envs else ["grpo"]
+        r = run_env(specs[name], algos, out_root, args.seed, commands, args.reuse, args.ppo_steps)
         results[name] = r
         curve_dir = docs / "learning_curves" if docs else out_root / "curves"
         plot(r.pop("runs"), f"{name}: validation success (held-out seeds)", curve_dir / f"{name}.png")

@@ -21,7 +21,8 @@ def bench():
 
 def test_args_and_quick_sizes(bench):
     a = bench.parse_args(["--quick", "--envs", "sokoban", "--ppo", "--seed", "7"])
-    assert a.quick and a.ppo and a.envs == ["sokoban"] and a.seed == 7
+    assert a.quick and a.ppo == [] and a.envs == ["sokoban"] and a.seed == 7
+    assert bench.parse_args(["--ppo", "frozenlake"]).ppo == ["frozenlake"] and bench.parse_args([]).ppo is None
     with pytest.raises(SystemExit):
         bench.parse_args(["--envs", "chess"])
     full, quick = bench.env_specs(False), bench.env_specs(True)
