@@ -80,3 +80,14 @@ def test_write_section_replaces_only_its_own(bench, tmp_path):
     fresh = tmp_path / "none.md"
     bench.write_section(fresh, "## Learning\n\nx\n")
     assert fresh.read_text().startswith("# Benchmarks") and "## Learning" in fresh.read_text()
+
+
+def test_section_text_has_table_commands_and_result(bench):
+    c = bench.curves(_rows("FrozenLake"), "FrozenLake")
+    results = {"frozenlake": {"epsilon": 0.75, "wall_s": {"grpo": 600.0},
+                              "algos": {"grpo": {**bench.gains(c), "curves": c}}}}
+    text = bench.section_text(results, ["roll run x.yaml seed=42"], "RESULT frozenlake_gain_pp=30.0", "docs/learning_curves")
+    assert text.startswith("## Learning\n")
+    assert "| frozenlake | grpo | 0.75 | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 | 600 |" in text
+    assert "roll run x.yaml seed=42" in text and "RESULT frozenlake_gain_pp=30.0" in text
+    assert "- frozenlake grpo: 0: 10 / 25, 4: 60 / 55" in text
