@@ -74,6 +74,8 @@ class EnvSpec:
     eval_steps: int
     overrides: list[str] = field(default_factory=list)
     """Extra overrides for every RL run of this env."""
+    algo_overrides: dict[str, list[str]] = field(default_factory=dict)
+    """Extra overrides for the RL run of one algorithm."""
 
 
 def env_specs(quick: bool) -> dict[str, EnvSpec]:
@@ -92,7 +94,9 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         for s in specs.values():
             s.episodes, s.sft_steps, s.rl_steps, s.eval_steps = 8, 2, 2, 1
             s.overrides = ["rollout_batch_size=8", "val_batch_size=4", "train_env_manager.group_size=4",
+                           "actor_train.training_args.per_device_train_batch_size=8",
                            "custom_envs." + s.tag + ".max_turns=3"]
+            s.algo_overrides = {"ppo": ["critic.training_args.per_device_train_batch_size=8"]}
     return specs
 
 
@@ -143,7 +147,9 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def curves(rows: list[dict[str, Any]], tag: str) -> dict[str, list[tuple[int, float]]]:
     """Validation success (sampled, greedy) and training success per step, as (step, value)."""
     keys = {"val_sampled": f"val/env/{tag}/success", "val_greedy": f"val_greedy/env/{tag}/success",
-            "train": f"env/{tag}/success"}
+            "train": f"env/{tag}/success",
+            "val_greedy_invalid": f"val_greedy/env/{tag}/invalid_action_rate",
+            "val_sampled_invalid": f"val/env/{tag}/invalid_action_rate"}
     out: dict[str, list[tuple[int, float]]] = {k: [] for k in keys}
     for r in rows:
         for name, key in keys.items():
@@ -214,7 +220,7 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
         cmd = roll_cmd("run", spec.rl_configs[algo], f"pretrain={sft_dir / 'final_model'}", f"output_dir={rl_dir}",
                        f"max_steps={ppo_steps if algo == 'ppo' and ppo_steps else spec.rl_steps}",
                        f"eval_steps={spec.eval_steps}", f"seed={seed}",
-                       "show_progress=false", *spec.overrides)
+                       "show_progress=false", *spec.overrides, *spec.algo_overrides.get(algo, []))
         result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands, reuse)
         c = curves(read_metrics(rl_dir / "logs" / "metrics.jsonl"), spec.tag)
         runs[algo] = c
@@ -250,6 +256,10 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
             pts = ", ".join(f"{s}: {100 * greedy.get(s, float('nan')):.0f} / {100 * sampled.get(s, float('nan')):.0f}"
                             for s in sorted(greedy))
             lines.append(f"- {name} {algo}: {pts}")
+            inv_g, inv_s = dict(c.get("val_greedy_invalid", [])), dict(c.get("val_sampled_invalid", []))
+            if inv_g:
+                inv = ", ".join(f"{s}: {100 * inv_g[s]:.0f} / {100 * inv_s.get(s, float('nan')):.0f}" for s in sorted(inv_g))
+                lines.append(f"  (invalid-answer rate, greedy / sampled, %: {inv})")
     lines += ["", "Curves: " + ", ".join(f"`{curves_dir}/{n}.png`" for n in results), "",
               "Commands (seed in each):", "", "```"] + commands + ["```", "", "```", result_line, "```", ""]
     return "\n".join(lines)
