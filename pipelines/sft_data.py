@@ -31,7 +31,7 @@ def episode_messages(env_cfg: EnvConfig, env: Any, agent: Any, seed: int) -> tup
     """Play one episode; returns the conversation (user/assistant turns) and its outcome
     (``success``, ``turns``, ``instruction``)."""
     obs, info = env.reset(seed=seed)
-    instruction = str(info.get("instruction", ""))
+    instruction = str(info.get("instruction", "")) if env_cfg.include_instruction else ""
     messages: list[dict] = []
     reward, success, turn = 0.0, False, 0
     while turn < env_cfg.max_turns:

@@ -18,7 +18,11 @@ class EnvConfig:
     max_turns: int = 10
     """Turns per episode before truncation."""
     system_prompt: str = "You are a helpful agent that solves the task step by step."
-    """System message of every episode."""
+    """System message of every episode (empty: none)."""
+    include_instruction: bool = True
+    """Put the env's instruction (rules, legend, answer format) before the first observation, and
+    in step mode before every windowed prompt; false shows observations only (short prompts
+    for small models, which then learn the rules from rewards)."""
     turn_template: str = DEFAULT_TURN_TEMPLATE
     """How each observation is rendered into a user turn: {turn_idx}, {observation}, {actions_left},
     {reward}, {max_turns}."""

@@ -127,7 +127,7 @@ class EnvManager:
             obs, info = await self._env_call(self.env.reset, seed=self.spec.env_seed)
         except EpisodeFailure as f:
             return self._fail(f)
-        self.instruction = str((info or {}).get("instruction", ""))
+        self.instruction = str((info or {}).get("instruction", "")) if self.cfg.include_instruction else ""
         self.observation = str(obs)
         first = self._render_turn(reward=0.0)
         user = f"{self.instruction}\n\n{first}" if self.instruction else first

@@ -1,0 +1,39 @@
+"""Demonstrations render prompts as the env manager does (instruction, turn template)."""
+import json
+
+import gymnasium
+
+import roll.envs  # noqa: F401
+from roll.config.rollout import EnvConfig
+from roll.envs.agents import ExpertAgent
+from roll.pipelines.sft_data import episode_messages, generate, step_samples
+
+REPO_CFG = "configs/agentic/frozenlake_cpu.yaml"
+
+
+def test_episode_messages_follow_the_turn_template_and_instruction_switch():
+    env = gymnasium.make("roll/FrozenLake-v0")
+    cfg = EnvConfig(env_id="roll/FrozenLake-v0", max_turns=6, turn_template="{observation}")
+    obs, info = env.reset(seed=5)
+    msgs, out = episode_messages(cfg, env, ExpertAgent(env, think=False), seed=5)
+    assert msgs[0]["content"] == f"{info['instruction']}\n\n{obs}"
+    assert out["success"] and all(m["content"].startswith("<answer>") for m in msgs[1::2])
+    short = EnvConfig(env_id="roll/FrozenLake-v0", max_turns=6, turn_template="{observation}", include_instruction=False)
+    msgs2, out2 = episode_messages(short, env, ExpertAgent(env, think=False), seed=5)
+    assert msgs2[0]["content"] == obs and out2["instruction"] == ""
+    assert [m["content"] for m in msgs2[1::2]] == [m["content"] for m in msgs[1::2]]
+
+
+def test_step_samples_keep_the_window_and_instruction():
+    msgs = [{"role": "user", "content": f"u{i}"} if i % 2 == 0 else {"role": "assistant", "content": f"a{i}"} for i in range(6)]
+    samples = list(step_samples(msgs, "RULES", window=1))
+    assert [len(s) for s in samples] == [2, 4, 4]
+    assert samples[2][0]["content"] == "RULES\n\nu2" and samples[2][-1]["content"] == "a5"
+
+
+def test_generate_writes_chat_rows(tmp_path):
+    out = tmp_path / "demos.jsonl"
+    stats = generate(REPO_CFG, str(out), episodes=5, epsilon=0.0)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert stats["rows"] == len(rows) > 0 and stats["FrozenLake"]["success_rate"] == 1.0
+    assert all(r["messages"][-1]["role"] == "assistant" for r in rows)
