@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
-from roll.strategies.torch_train import position_ids_for, token_entropy, token_logprobs
+from roll.strategies.torch_train import max_micro_batches, model_forward
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -156,18 +156,10 @@ class DeepSpeedStrategy:
 
     # ---- forward ----------------------------------------------------------------------------
     def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        out = self.engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                          position_ids=position_ids_for(batch), use_cache=False)
-        if self.critic:
-            return None, {"values": out.logits[..., 0].float()}
-        extra = {"entropy": token_entropy(out.logits)} if entropy else {}
-        return token_logprobs(out.logits, batch["input_ids"]), extra
+        return model_forward(self.engine, batch, self.critic, entropy)
 
     def _max_micro_batches(self, n_local: int, size: int) -> int:
-        """ZeRO-3 forwards gather parameters collectively: every rank runs as many as the busiest."""
-        n = torch.tensor([math.ceil(n_local / size)], device=self.device)
-        dist.all_reduce(n, op=dist.ReduceOp.MAX)
-        return int(n.item())
+        return max_micro_batches(n_local, size, self.device)
 
     @torch.no_grad()
     def _forward_only(self, batch: Batch, key: str) -> torch.Tensor:

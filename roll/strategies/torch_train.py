@@ -79,9 +79,27 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def forward_logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    return model_forward(model, batch)[0]
+
+
+def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """One forward of a (wrapped) causal LM: ``(logprobs [B, T], extra)``; a critic returns
+    ``(None, {"values": [B, T]})`` (the first logit is the value head); ``extra["entropy"]``
+    when asked. Shared by the torch and DeepSpeed strategies."""
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 position_ids=position_ids_for(batch), use_cache=False)
-    return token_logprobs(out.logits, batch["input_ids"])
+    if critic:
+        return None, {"values": out.logits[..., 0].float()}
+    extra = {"entropy": token_entropy(out.logits)} if entropy else {}
+    return token_logprobs(out.logits, batch["input_ids"]), extra
+
+
+def max_micro_batches(n_local: int, size: int, device: Any) -> int:
+    """Sharded forwards (FSDP, ZeRO-3) are collective: every rank must run as many
+    micro-batches as the busiest rank."""
+    n = torch.tensor([math.ceil(n_local / size)], device=device)
+    dist.all_reduce(n, op=dist.ReduceOp.MAX)
+    return int(n.item())
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
@@ -183,18 +201,10 @@ class TorchTrainStrategy:
 
     # ---- forward ----------------------------------------------------------------------------
     def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                         position_ids=position_ids_for(batch), use_cache=False)
-        if self.critic:
-            return None, {"values": out.logits[..., 0].float()}
-        extra = {"entropy": token_entropy(out.logits)} if entropy else {}
-        return token_logprobs(out.logits, batch["input_ids"]), extra
+        return model_forward(self.model, batch, self.critic, entropy)
 
     def _micro_batches_in_step(self, n_local: int, size: int) -> int:
-        """FSDP forwards are collective: every rank must run as many as the busiest rank."""
-        n = torch.tensor([math.ceil(n_local / size)], device=self.device)
-        dist.all_reduce(n, op=dist.ReduceOp.MAX)
-        return int(n.item())
+        return max_micro_batches(n_local, size, self.device)
 
     @torch.no_grad()
     def _forward_only(self, batch: Batch, key: str) -> torch.Tensor:
