@@ -34,6 +34,12 @@ class AgenticPipeline(BasePipeline):
         super().__init__(cfg)
         if not cfg.custom_envs:
             raise ConfigError(["custom_envs: the agentic pipeline needs at least one environment tag"])
+        if cfg.train_env_manager.mode == "step" and cfg.algorithm.adv_estimator in ("grpo", "rloo", "reinforce", "reinforce_pp"):
+            # A step-mode sample holds one turn, so these estimators score it by that turn's own
+            # reward: an episode's outcome reaches only its last turn.
+            logger.warning("train_env_manager.mode is step: %s credits each turn with its own reward only; "
+                           "for episode-level credit use adv_estimator gigpo (step_weight 0 is GRPO over episode returns)",
+                           cfg.algorithm.adv_estimator)
         self.model_path = resolve_model(cfg.pretrain)
         self.policy: Optional[PolicyTrainer] = None
         self.train_scheduler: Optional[ThreadedScheduler] = None
