@@ -37,7 +37,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
-from roll.strategies.torch_train import max_micro_batches, model_forward
+from roll.strategies.torch_train import global_loss_normalizers, max_micro_batches, model_forward, reduce_step_metrics
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -201,10 +201,7 @@ class DeepSpeedStrategy:
         if self._max_micro_batches(len(batch), size) != len(micro):
             raise ValueError("train_step: ranks got different numbers of micro-batches; "
                              "the mini-batch must split evenly across data-parallel ranks")
-        mask = batch["response_mask"] if "response_mask" in batch.tensors else batch["attention_mask"]
-        totals = torch.tensor([float(mask.sum()), float(mask.bool().any(-1).sum())], dtype=torch.float64, device=self.device)
-        dist.all_reduce(totals)
-        global_tokens, global_seqs = float(totals[0]), float(totals[1])
+        global_tokens, global_seqs = global_loss_normalizers(batch, self.device)
         need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
         self.engine.train()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -228,12 +225,7 @@ class DeepSpeedStrategy:
             logger.warning("deepspeed: non-finite grad norm %s at step %d", grad_norm, self.step)
         self.step += 1
         dist.all_reduce(loss_sum)  # the ranks' shares add up to the mini-batch loss
-        keys = sorted(metric_sums)
-        reduced = torch.tensor([metric_sums[k] / len(micro) for k in keys], dtype=torch.float64, device=self.device)
-        if len(reduced):
-            dist.all_reduce(reduced)
-            reduced /= self.dp_size
-        out = {k: float(v) for k, v in zip(keys, reduced.tolist())}
+        out = reduce_step_metrics(metric_sums, len(micro), self.dp_size, self.device)
         out.update(loss=float(loss_sum), grad_norm=grad_norm, lr=lr, nonfinite_grad_steps=float(self.nonfinite_grad_steps))
         return out
 

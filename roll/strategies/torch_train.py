@@ -101,6 +101,25 @@ def max_micro_batches(n_local: int, size: int, device: Any) -> int:
     dist.all_reduce(n, op=dist.ReduceOp.MAX)
     return int(n.item())
 
+def global_loss_normalizers(batch: Batch, device: Any) -> tuple[float, float]:
+    """Loss tokens, and sequences with at least one loss token, of the mini-batch summed over
+    every data-parallel rank (see roll.algorithms.aggregation.loss_normalizers)."""
+    mask = batch["response_mask"] if "response_mask" in batch.tensors else batch["attention_mask"]
+    totals = torch.tensor([float(mask.sum()), float(mask.bool().any(-1).sum())], dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return float(totals[0]), float(totals[1])
+
+
+def reduce_step_metrics(metric_sums: dict[str, float], n_micro: int, dp_size: int, device: Any) -> dict[str, float]:
+    """The loss_fn's metrics: mean over micro-batches, then over data-parallel ranks."""
+    keys = sorted(metric_sums)
+    reduced = torch.tensor([metric_sums[k] / n_micro for k in keys], dtype=torch.float64, device=device)
+    if len(reduced):
+        dist.all_reduce(reduced)
+        reduced /= dp_size
+    return {k: float(v) for k, v in zip(keys, reduced.tolist())}
+
+
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
     """(Re)create the default process group: NCCL when CUDA is present, else gloo."""
@@ -249,12 +268,7 @@ class TorchTrainStrategy:
         if n_micro != len(micro):
             raise ValueError(f"train_step: ranks got different numbers of micro-batches ({len(micro)} here, {n_micro} max); "
                              "the mini-batch must split evenly across data-parallel ranks")
-        mask = batch["response_mask"] if "response_mask" in batch.tensors else batch["attention_mask"]
-        # global normalisers (see roll.algorithms.aggregation.loss_normalizers): loss tokens, and
-        # sequences with at least one loss token, over the mini-batch on every rank
-        totals = torch.tensor([float(mask.sum()), float(mask.bool().any(-1).sum())], dtype=torch.float64, device=self.device)
-        dist.all_reduce(totals)
-        global_tokens, global_seqs = float(totals[0]), float(totals[1])
+        global_tokens, global_seqs = global_loss_normalizers(batch, self.device)
         need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -284,11 +298,7 @@ class TorchTrainStrategy:
         self.scheduler.step()
         self.step += 1
         dist.all_reduce(loss_sum)  # the ranks' shares add up to the mini-batch loss
-        reduced = torch.tensor([metric_sums[k] / len(micro) for k in sorted(metric_sums)], dtype=torch.float64, device=self.device)
-        if len(reduced):
-            dist.all_reduce(reduced)
-            reduced /= self.dp_size
-        out = {k: float(v) for k, v in zip(sorted(metric_sums), reduced.tolist())}
+        out = reduce_step_metrics(metric_sums, len(micro), self.dp_size, self.device)
         out.update(loss=float(loss_sum), grad_norm=grad_norm, lr=lr, skipped_steps=float(self.skipped_steps))
         return out
 
