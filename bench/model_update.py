@@ -28,6 +28,9 @@ from pathlib import Path
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# this process times memcpy on all cores between the updates; OpenMP workers that keep spinning
+# after each copy (libgomp's default) would take a core from the update that follows
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 

@@ -19,10 +19,19 @@ paths chosen per inference worker:
 Versions: inference workers are paused (no decode batch starts) for the whole update, the
 version becomes visible at the end, and ``update`` checks that every worker reports it
 (``policy_version``). A restarted inference worker is detected (its pid changed) and the
-links are rebuilt before the next update. Worker methods used (roll/workers/): trainer
-``weight_sync_*``; inference ``begin_weight_update``, ``finish_weight_update``,
-``shared_weight_layout``, ``init_weight_broadcast``, ``recv_weight_bucket``,
-``update_weights_ipc``, ``policy_version``, ``ping``.
+links are rebuilt before the next update (one that Ray restarted while idle, unseen by its
+cluster, is first set up again). An update is three driver round trips in sequence (pause
+every receiver, send, publish-and-resume every receiver); a receiver that dies, hangs or
+raises in a stage is named by role and rank, and the others are resumed on their old version
+before the error is raised. Submitting the three stages at once as a chain of ObjectRef
+dependencies, or having the trainer publish to waiting receivers, measured no faster (Ray
+relays each result through the owner of its ref; docs/benchmarks.md, Model update), so the
+stages stay explicit.
+
+Worker methods used (roll/workers/): trainer ``weight_sync_*``; inference
+``begin_weight_update``, ``finish_weight_update``, ``shared_weight_layout``,
+``init_weight_broadcast``, ``recv_weight_bucket``, ``update_weights_ipc``, ``policy_version``,
+``ping``.
 """
 from __future__ import annotations
 
@@ -258,33 +267,46 @@ class ModelUpdateGroup:
         ``model_update/*`` metrics. Raises if any inference worker does not serve it afterwards.
 
         Three sequential Ray round trips: pause the receivers (they answer with their pid, so a
-        restarted worker is noticed), send (trainer rank 0 answers ``linked: False`` when it
-        restarted and lost its links), publish the version and resume (answers the version)."""
-        ray = self._ray
+        restarted worker is noticed, and whether they are set up), send (trainer rank 0 answers
+        ``linked: False`` when it restarted and lost its links), publish the version and resume
+        (answers the version). A receiver that dies or hangs in a stage is named (role and rank)
+        and restarted by the next call; the others are resumed on their old version first."""
         version = self.version + 1 if version is None else int(version)
         for attempt in range(2):
             self.train.ensure_ready()
             for cl in self.infers:
                 cl.ensure_ready()
             t0 = time.perf_counter()
-            workers = [w for _, _, w in self._receivers()]
-            pids = ray.get([w.begin_weight_update.remote(self.timeout_s) for w in workers], timeout=self.timeout_s)
-            stale = any(self._links_pids.get((c, r)) != pid for (c, r, _), pid in zip(self._receivers(), pids))
+            receivers = self._receivers()
+            try:
+                paused = self._gather("begin_weight_update", receivers,
+                                      [w.begin_weight_update.remote(self.timeout_s) for *_, w in receivers])
+            except BaseException:
+                self._resume(receivers)
+                raise
+            for (c, r, _), info in zip(receivers, paused):
+                if not info["ready"]:  # restarted by Ray while idle: its cluster sets it up again first
+                    self.infers[c].report_dead(r)
+            active = [rec for rec, info in zip(receivers, paused) if info["ready"]]
+            stale = any(self._links_pids.get((c, r)) != info["pid"] for (c, r, _), info in zip(receivers, paused))
             stats, sent = {}, False
             try:
                 if not stale:
                     stats = self.train.call("weight_sync_send", self.name, version, self.bucket_size_mb, timeout_s=self.timeout_s)[0]
                     sent = bool(stats.get("linked", True))
-            finally:
-                # resume generation in any case; only a complete send publishes the version
-                served = ray.get([w.finish_weight_update.remote(version if sent else None) for w in workers], timeout=self.timeout_s)
+            except BaseException:
+                self._resume(active)
+                raise
+            # resume generation in any case; only a complete send publishes the version
+            served = self._gather("finish_weight_update", active,
+                                  [w.finish_weight_update.remote(version if sent else None) for *_, w in active])
             if sent:
                 break
             if attempt == 1:
                 raise RuntimeError("weight-sync links could not be re-established after a restart")
             logger.warning("a trainer or inference worker restarted since the last update: rebuilding weight-sync links")
             self._build_links()
-        wrong = [f"{self.infers[c].role} rank {r} serves {v}" for (c, r, _), v in zip(self._receivers(), served) if v != version]
+        wrong = [f"{self.infers[c].role} rank {r} serves {v}" for (c, r, _), v in zip(active, served) if v != version]
         if wrong:
             raise RuntimeError(f"weight update to version {version} incomplete: {'; '.join(wrong)}")
         self.version = version
@@ -294,3 +316,24 @@ class ModelUpdateGroup:
                 "model_update/bytes": stats["bytes"],
                 "model_update/buckets": stats["buckets"], "model_update/version": float(version),
                 "model_update/receivers": float(len(served))}
+
+    def _gather(self, method: str, receivers: list[tuple[int, int, Any]], refs: list[Any]) -> list[Any]:
+        """Results of one call per receiver, in order. A death or timeout raises the cluster's
+        WorkerDiedError / CallTimeoutError naming role and rank, and marks the rank so that the
+        next ``ensure_ready`` restarts it."""
+        from roll.distributed.cluster import ClusterFuture
+
+        results: dict[tuple[int, int], Any] = {}
+        for c, cl in enumerate(self.infers):
+            mine = [(r, ref) for (cc, r, _), ref in zip(receivers, refs) if cc == c]
+            if mine:
+                got = ClusterFuture(cl, method, [ref for _, ref in mine], [r for r, _ in mine], "all", self.timeout_s).get()
+                results.update({(c, r): v for (r, _), v in zip(mine, got)})
+        return [results[(c, r)] for c, r, _ in receivers]
+
+    def _resume(self, receivers: list[tuple[int, int, Any]], wait_s: float = 30.0) -> None:
+        """After a failed stage: resume every receiver on its old version. The wait is short and
+        bounded: a dead or hung receiver is left to the error being raised (its own pause timer
+        resumes it if it comes back)."""
+        refs = [w.finish_weight_update.remote(None) for *_, w in receivers]
+        self._ray.wait(refs, num_returns=len(refs), timeout=min(self.timeout_s, wait_s))

@@ -65,11 +65,12 @@ class InferenceWorker(Worker):
     async def update_weights(self, named_tensors: list, version: int, last_bucket: bool = True) -> None:
         await asyncio.to_thread(self.strategy.update_weights, named_tensors, version, last_bucket)
 
-    async def begin_weight_update(self, timeout_s: float = 600.0) -> int:
-        """Pause generation for an update; returns this process's pid (restart detection)."""
+    async def begin_weight_update(self, timeout_s: float = 600.0) -> dict[str, Any]:
+        """Pause generation for an update; returns this process's ``pid`` (restart detection) and
+        ``ready`` (False: restarted and not set up yet, nothing to pause)."""
         if hasattr(self.strategy, "pause"):
             await self.strategy.pause(timeout_s)
-        return os.getpid()
+        return {"pid": os.getpid(), "ready": self.strategy is not None}
 
     async def finish_weight_update(self, version: int | None) -> int:
         """Publish ``version`` (None: the update failed, keep the old one) and resume generation."""

@@ -1,0 +1,181 @@
+"""ModelUpdateGroup failure paths on a local Ray cluster (CPU): one trainer rank (DDP) and one
+colocated plus one disaggregated inference worker on the tiny model.
+
+Faults are injected into the real workers through Ray's ``__ray_call__`` (a function run on
+the actor instance), so every stage still runs through the real Ray calls: a send that raises
+publishes nothing and leaves the receivers serving; a receiver that fails to pause is named
+and the other receiver is resumed; a receiver that Ray restarted while idle (its cluster never
+saw it die) is set up again, relinked, and then serves the trainer's weights.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+import torch
+
+from roll.config.algorithm import AlgorithmConfig
+from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
+from roll.config.schema import ResourcesConfig
+from roll.data.batch import Batch
+from roll.strategies.base import GenerationRequest
+
+pytestmark = pytest.mark.integration
+
+CALL_TIMEOUT_S = 60.0
+VOCAB = 3052
+
+
+def batch(rows: int = 4, width: int = 12, seed: int = 0) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (rows, width), generator=g)
+    resp = torch.zeros_like(ids)
+    resp[:, width // 2:] = 1
+    return Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": resp,
+                  "advantages": resp.float(), "old_logprobs": torch.zeros(rows, width)})
+
+
+class Setup:
+    def __init__(self, model_dir: str):
+        from roll.algorithms.losses import make_actor_loss_fn
+        from roll.distributed.cluster import Cluster
+        from roll.distributed.model_update import ModelUpdateGroup
+        from roll.distributed.resource_pool import ResourcePool
+        from roll.workers.actor import ActorWorker
+        from roll.workers.inference import InferenceWorker
+
+        train_cfg = WorkerConfig(model_name_or_path=model_dir, device_mapping=[0], call_timeout_s=CALL_TIMEOUT_S,
+                                 num_cpus_per_worker=0.01, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}),
+                                 training_args=TrainingArgs(lr=1e-3, per_device_train_batch_size=2))
+        colo_cfg = WorkerConfig(model_name_or_path=model_dir, device_mapping=[0], call_timeout_s=CALL_TIMEOUT_S, max_concurrency=8)
+        remote_cfg = WorkerConfig(model_name_or_path=model_dir, device_mapping=[1], call_timeout_s=CALL_TIMEOUT_S, max_concurrency=8)
+        self.pool = ResourcePool(ResourcesConfig(device="cpu"),
+                                 {"actor_train": train_cfg, "actor_infer": colo_cfg, "actor_infer_remote": remote_cfg})
+        self.train = Cluster("actor_train", ActorWorker, train_cfg, self.pool)
+        self.colo = Cluster("actor_infer", InferenceWorker, colo_cfg, self.pool)
+        self.remote = Cluster("actor_infer_remote", InferenceWorker, remote_cfg, self.pool)
+        self.mu = ModelUpdateGroup(self.train, [self.colo, self.remote])
+        self.loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="pg"))
+
+    def train_step(self) -> None:
+        self.train.call("train_step", batch(), self.loss_fn, mode="dp")
+
+    def parity(self) -> float:
+        probe = batch(rows=2, seed=1).select_keys(["input_ids", "attention_mask"])
+        ref = self.train.call("compute_logprobs", probe, mode="dp")["old_logprobs"]
+        return max(float((cl.call("compute_logprobs", probe, mode="rank0")["infer_logprobs"] - ref).abs().max())
+                   for cl in (self.colo, self.remote))
+
+    def versions(self) -> list[int]:
+        return [cl.call("policy_version", mode="rank0") for cl in (self.colo, self.remote)]
+
+    def close(self) -> None:
+        for cl in (self.train, self.colo, self.remote):
+            cl.shutdown()
+        self.pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def setup(ray_cluster, tiny_model_dir):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    s = Setup(tiny_model_dir)
+    assert s.mu.paths == {(0, 0): "colocated", (1, 0): "broadcast"}
+    yield s
+    s.close()
+
+
+def generates_within(cluster, seconds: float) -> int:
+    """A short generate call must come back quickly (the worker is not left paused); its version."""
+    import ray
+
+    req = GenerationRequest(f"probe-{time.monotonic_ns()}", [5, 6, 7], max_new_tokens=2, seed=0)
+    return ray.get(cluster.workers[0].generate.remote(req), timeout=seconds).policy_version
+
+
+def _fail_send(worker) -> None:
+    def send(*args, **kwargs):
+        raise RuntimeError("injected send failure")
+
+    for sender in worker.senders.values():
+        sender.send = send  # instance attribute: shadows WeightSender.send
+
+
+def _restore_send(worker) -> None:
+    for sender in worker.senders.values():
+        sender.__dict__.pop("send", None)
+
+
+def _fail_pause(worker) -> None:
+    async def pause(timeout_s):
+        raise RuntimeError("injected pause failure")
+
+    worker.strategy.pause = pause
+
+
+def _restore_pause(worker) -> None:
+    worker.strategy.__dict__.pop("pause", None)
+
+
+def test_send_failure_publishes_nothing_and_receivers_resume(setup):
+    import ray
+
+    setup.mu.update()
+    before = setup.versions()
+    setup.train_step()
+    ray.get(setup.train.workers[0].__ray_call__.remote(_fail_send))
+    try:
+        with pytest.raises(RuntimeError, match="injected send failure") as err:
+            setup.mu.update()
+        assert "raised by actor_train rank 0 in weight_sync_send" in "".join(getattr(err.value, "__notes__", []))
+    finally:
+        ray.get(setup.train.workers[0].__ray_call__.remote(_restore_send))
+    assert setup.versions() == before and setup.mu.version == before[0]
+    assert [generates_within(cl, 20.0) for cl in (setup.colo, setup.remote)] == before
+    metrics = setup.mu.update()  # the next update goes through and publishes the next version
+    assert setup.versions() == [before[0] + 1] * 2 == [int(metrics["model_update/version"])] * 2
+    assert setup.parity() < 1e-5
+
+
+def test_receiver_failing_to_pause_is_named_and_the_other_resumes(setup):
+    import ray
+
+    before = setup.versions()
+    ray.get(setup.remote.workers[0].__ray_call__.remote(_fail_pause))
+    try:
+        with pytest.raises(RuntimeError, match="injected pause failure") as err:
+            setup.mu.update()
+        assert "raised by actor_infer_remote rank 0 in begin_weight_update" in "".join(getattr(err.value, "__notes__", []))
+    finally:
+        ray.get(setup.remote.workers[0].__ray_call__.remote(_restore_pause))
+    # the colocated worker paused fine and was resumed at once, on its old version
+    assert generates_within(setup.colo, 20.0) == before[0]
+    assert setup.versions() == before
+    setup.train_step()
+    setup.mu.update()
+    assert setup.versions() == [before[0] + 1] * 2 and setup.parity() < 1e-5
+
+
+def test_receiver_restarted_while_idle_is_set_up_and_relinked(setup, ray_cluster):
+    import ray
+
+    worker = setup.colo.workers[0]
+    old_pid = ray.get(worker.ping.remote())["pid"]
+    ray_cluster.kill(worker, no_restart=False)  # no call in flight: the cluster does not see it
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:  # wait for Ray's restart (ping needs no setup)
+        try:
+            if ray.get(worker.ping.remote(), timeout=10)["pid"] != old_pid:
+                break
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass
+        assert time.monotonic() < deadline, "Ray did not restart the killed inference worker"
+        time.sleep(0.2)
+    setup.train_step()
+    metrics = setup.mu.update()  # notices the new pid and the missing setup: sets up, relinks, retries
+    version = int(metrics["model_update/version"])
+    assert setup.colo.restarts == 1
+    assert setup.versions() == [version, version]
+    assert setup.parity() < 1e-5
