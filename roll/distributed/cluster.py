@@ -8,7 +8,9 @@ visibility come from the pool, never from a hard-coded ``@ray.remote(num_gpus=..
 master_port)`` is called on every rank at once (torch.distributed rendezvous, model load).
 Classes with ``async def`` methods become Ray async actors with
 ``worker_config.max_concurrency`` concurrent calls (inference workers serve many
-``generate`` calls at once); ``cluster.workers`` are the handles for such direct calls.
+``generate`` calls at once) plus ``CONTROL_SLOTS`` more, so control calls (pause and publish
+of a weight update, abort, version) always find a slot while generations fill the configured
+concurrency; ``cluster.workers`` are the handles for such direct calls.
 
 Calls: ``cluster.call(method, *args, mode=...)`` blocks, ``call_async`` returns a
 :class:`ClusterFuture` (``.get(timeout)``). Dispatch modes:
@@ -42,6 +44,10 @@ from roll.data.batch import Batch
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
+
+CONTROL_SLOTS = 8
+"""Extra concurrent-call slots of an async worker, reserved in effect for control calls: a
+weight update must be able to pause and publish while ``max_concurrency`` generations wait."""
 
 DISPATCH_MODES = ("all", "dp", "rank0")
 
@@ -174,7 +180,7 @@ class Cluster:
         self.workers = []
         for rank in range(self.world_size):
             opts: dict[str, Any] = {"max_restarts": restarts, "max_task_retries": 0,
-                                    "max_concurrency": worker_config.max_concurrency if self.is_async else 1}
+                                    "max_concurrency": worker_config.max_concurrency + CONTROL_SLOTS if self.is_async else 1}
             env = {"ROLL_ROLE": role_name, "ROLL_RANK": str(rank)}
             if self.slots is not None:
                 slot = self.slots[rank]

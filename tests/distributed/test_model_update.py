@@ -179,3 +179,19 @@ def test_receiver_restarted_while_idle_is_set_up_and_relinked(setup, ray_cluster
     assert setup.colo.restarts == 1
     assert setup.versions() == [version, version]
     assert setup.parity() < 1e-5
+
+
+def test_control_call_finds_a_slot_while_generations_fill_the_worker(setup):
+    """Paused generations occupy every configured slot (max_concurrency 8); the publish call
+    that resumes them must still run (the cluster adds control slots), or they wait forever."""
+    import ray
+
+    worker = setup.colo.workers[0]
+    version = setup.versions()[0]
+    ray.get(worker.begin_weight_update.remote(CALL_TIMEOUT_S), timeout=20)
+    reqs = [GenerationRequest(f"full-{i}-{time.monotonic_ns()}", [5, 6, 7], max_new_tokens=2, seed=i) for i in range(8)]
+    pending = [worker.generate.remote(r) for r in reqs]
+    time.sleep(0.5)
+    assert ray.wait(pending, timeout=0)[0] == []  # all parked behind the pause
+    assert ray.get(worker.finish_weight_update.remote(None), timeout=10) == version
+    assert [r.policy_version for r in ray.get(pending, timeout=30)] == [version] * 8
