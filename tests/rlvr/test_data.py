@@ -103,16 +103,27 @@ def test_learning_bench_data_and_docs_section(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_rlvr_learning", root / "bench" / "rlvr_learning.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    sizes = bench.make_data(tmp_path, seed=0, max_operand=9, noise=0.3)
+    sizes = bench.make_data(tmp_path, seed=0, noise=0.3)
     rows = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
             for name in ("sft", "rl", "val")}
-    assert len(rows["sft"]) == 4 * sizes["sft"] and len(rows["rl"]) == sizes["rl"] and sizes["val"] >= 20
-    wrong = [r for r in rows["sft"] if r["messages"][1]["content"] != "\\boxed{%d}" % eval(
-        r["messages"][0]["content"].split("?")[0].removeprefix("What is "))]
+    assert len(rows["sft"]) == bench.DEMOS_PER_PROBLEM * sizes["sft"] and len(rows["rl"]) == sizes["rl"]
+    assert sizes["val"] >= 100  # 10 points must not be noise
+
+    def operands(prompt):
+        return [int(x) for x in prompt.split("?")[0].removeprefix("What is ").split(" + ")]
+
+    wrong = [r for r in rows["sft"] if r["messages"][1]["content"] != "\\boxed{%d}" % sum(operands(r["messages"][0]["content"]))]
     assert 0.15 < len(wrong) / len(rows["sft"]) < 0.45  # the requested share of noisy demonstrations
     val_prompts = {r["prompt"] for r in rows["val"]}
-    assert not val_prompts & {r["prompt"] for r in rows["rl"]}  # held-out pairs are never trained on
+    assert not val_prompts & {r["prompt"] for r in rows["rl"]}  # held-out problems are never trained on
     assert not val_prompts & {r["messages"][0]["content"] for r in rows["sft"]}
+    for r in rows["val"] + rows["rl"]:  # the skill held-out shares with RL: two-digit columns, no carry
+        a, b = operands(r["prompt"])
+        assert 10 <= a <= 99 and 10 <= b <= 99 and a % 10 + b % 10 <= 9 and a // 10 + b // 10 <= 9
+        assert r["ground_truth"] == str(a + b)
+    # every one-digit fact a held-out problem uses is demonstrated in SFT
+    sft_prompts = {r["messages"][0]["content"] for r in rows["sft"]}
+    assert all(bench.PROMPT.format(a=x, b=y) in sft_prompts for x in range(10) for y in range(10))
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## RLVR\n\nold\n\n## Other\n\nkept\n")
     bench.write_section(doc, "## RLVR\n\nnew\n")
