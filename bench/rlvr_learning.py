@@ -100,7 +100,7 @@ def sft_config(data: Path, steps: int, seed: int) -> dict[str, Any]:
             "data": {"train_files": [str(data / "sft.jsonl")], "max_seq_length": 128},
             "actor_train": {"world_size": 1, "strategy_args": {"strategy_name": "torch_train", "strategy_config": {"parallel": "ddp"}},
                             "training_args": {"lr": 2.0e-3, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1,
-                                              "lr_scheduler_type": "cosine", "warmup_steps": 3}}}
+                                              "lr_scheduler_type": "constant", "warmup_steps": 3}}}
 
 
 def rl_config(data: Path, pretrain: str, steps: int, eval_steps: int, seed: int, val_size: int,
@@ -151,7 +151,7 @@ def section(result: dict[str, Any], commands: list[str], result_line: str) -> st
              f"column sums to at most 9). SFT warm start of `roll-tiny://tiny` ({result['sft_steps']} steps "
              f"of 32) on {sz['sft']} problems (all 100 one-digit facts plus {sz['sft'] - 100} two-digit "
              f"problems, {DEMOS_PER_PROBLEM} demonstrations each, {result['noise']:.0%} of them with a wrong "
-             f"answer), then RLVR (math_rule, GRPO, lr {result['rl_lr']:g}, {result['rl_steps']} steps x 64 "
+             f"answer), then RLVR (math_rule, GRPO, lr {result['rl_lr']:.0e}, {result['rl_steps']} steps x 64 "
              f"responses = 8 prompts x 8) on {sz['rl']} other two-digit problems; accuracy on {sz['val']} "
              f"held-out two-digit problems (greedy, and one sample at T=1). Wall time: SFT "
              f"{result['sft_s']:.0f} s, RLVR {result['rl_s']:.0f} s including validation (2-core CPU, "
@@ -163,16 +163,26 @@ def section(result: dict[str, Any], commands: list[str], result_line: str) -> st
              "RL can improve (reading the right column, combining the facts, the answer distribution "
              "sharpened against the noisy demonstrations) carries over to new combinations; what it "
              "cannot (an unseen fact) is not asked.", "",
-             "| step | held-out accuracy, greedy | held-out accuracy, sampled (T=1) | training reward (RL prompts, T=1) |",
+             "| step | held-out accuracy, greedy | held-out accuracy, sampled (T=1) | training reward (RL prompts, T=1, mean of the 5 steps up to here) |",
              "|---|---|---|---|"]
     g, s, t = dict(result["greedy"]), dict(result["sampled"]), dict(result["train"])
     for step in sorted(set(g) | set(s)):
         near = [v for k, v in t.items() if step - 5 < k <= step]  # mean over the last 5 steps
         tr = f"{sum(near) / len(near):.3f}" if near else "-"
         lines.append(f"| {step} | {g.get(step, float('nan')):.3f} | {s.get(step, float('nan')):.3f} | {tr} |")
-    lines += ["", f"Gain (points): greedy {result['gain_greedy']:+.1f}, sampled {result['gain_sampled']:+.1f} "
-              f"(target: +10 within 20 minutes of RL wall).", "",
-              "Commands:", "", "```"] + commands + ["```", "", f"`{result_line}`", ""]
+    met = min(result["gain_greedy"], result["gain_sampled"]) >= 10 and result["rl_s"] <= 20 * 60
+    lines += ["", f"Gain (points): greedy {result['gain_greedy']:+.1f}, sampled {result['gain_sampled']:+.1f}. "
+              f"Target (+10 points held-out, greedy and sampled, within 20 minutes of RL wall): "
+              f"**{'met' if met else 'not met'}**" + (" (a --quick run only checks the chain)." if result["quick"] else "."), "",
+              "Recipe (picked with plain-PyTorch probes of the same model and data): the tiny model's "
+              "held-out greedy accuracy stays near 0 for ~200 SFT steps of 32 at lr 2e-3, then climbs "
+              "steeply as it learns to read the digit columns; the warm start stops early in that climb "
+              "(constant lr, so the stopping point does not depend on a decay), where sampled accuracy "
+              "is 10-30% and most GRPO groups have mixed rewards. A 220-step cosine warm start stayed at "
+              "0.04 held-out and RL did not move it (all-fail groups carry no advantage). RL uses Adam "
+              "at lr 2e-4: at >= 1e-3 the noisy policy gradients collapse the format tokens of the tiny "
+              "model within a few steps.", "",
+              "Commands:", "", "```"] + commands + ["```", "", f"`{result_line}`", "", ""]
     return "\n".join(lines)
 
 
@@ -193,7 +203,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="output/bench_rlvr")
     p.add_argument("--noise", type=float, default=0.3, help="share of SFT demonstrations with a wrong answer")
-    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps (default 220; 15 with --quick)")
+    p.add_argument("--sft-steps", type=int, default=None, help="SFT optimizer steps (default 260; 15 with --quick)")
     p.add_argument("--rl-steps", type=int, default=None, help="RLVR steps (default 300; 2 with --quick)")
     p.add_argument("--eval-steps", type=int, default=None, help="validate every N RL steps (default 50)")
     p.add_argument("--rl-lr", type=float, default=2.0e-4)
@@ -204,7 +214,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sft_steps = args.sft_steps or (15 if args.quick else 220)
+    sft_steps = args.sft_steps or (15 if args.quick else 260)
     rl_steps = args.rl_steps or (2 if args.quick else 300)
     eval_steps = args.eval_steps or (2 if args.quick else 50)
     out = (ROOT / args.out).resolve()
