@@ -83,7 +83,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         "frozenlake": EnvSpec(
             name="frozenlake", tag="FrozenLake", sft_config=f"{CFG}/frozenlake_sft.yaml",
             rl_configs={"grpo": f"{CFG}/frozenlake_grpo.yaml", "ppo": f"{CFG}/frozenlake_ppo.yaml"},
-            epsilon=0.75, episodes=400, sft_steps=40, rl_steps=40, eval_steps=10),
+            epsilon=0.5, episodes=1000, sft_steps=300, rl_steps=300, eval_steps=50),
         "sokoban": EnvSpec(
             name="sokoban", tag="SimpleSokoban", sft_config=f"{CFG}/sokoban_sft.yaml",
             rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},

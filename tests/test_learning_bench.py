@@ -40,7 +40,10 @@ def test_configs_load(bench):
     for spec in bench.env_specs(False).values():
         grpo = load_config(str(ROOT / spec.rl_configs["grpo"]))
         ppo = load_config(str(ROOT / spec.rl_configs["ppo"]))
-        assert grpo.algorithm.adv_estimator == "gigpo" and grpo.algorithm.adv_estimator_args == {"step_weight": 0.0}
+        assert grpo.algorithm.adv_estimator == "gigpo" and "step_weight" in grpo.algorithm.adv_estimator_args
+        # observation-only prompts: no instruction, no system prompt, the grid alone
+        env = grpo.custom_envs[spec.tag]
+        assert not env.include_instruction and env.system_prompt == "" and env.turn_template == "{observation}"
         assert ppo.algorithm.adv_estimator == "gae" and ppo.critic is not None
         assert set(grpo.val_decoding) == {"sampled", "greedy"} and grpo.val_env_manager.seed_offset == 100000
         assert spec.tag in grpo.custom_envs and grpo.train_env_manager.mode == "step"
