@@ -229,25 +229,15 @@ def _summary(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, floa
 
 
 # ---- estimators ----------------------------------------------------------------------------
-@ADVANTAGES.register("gae")
-def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
-    """Generalised advantage estimation with a critic, over model tokens only, multi-turn aware.
-
-    ``delta_t = r_t + g_t V_next - V_t``, ``A_t = delta_t + g_t l_t A_next``, returns
-    ``A + V`` with ``V_t`` the value of the state before model token t (:func:`state_values`);
-    ``(g, l) = (gamma, lambd)`` across turns and ``(token_gamma, token_lambd)``
-    inside a turn; the last model token is terminal (V_next = 0).
-    """
-    estimator_args(cfg, {})
-    if inputs.values is None:
-        raise ValueError("adv_estimator 'gae' needs critic values: add a critic role or choose grpo/rloo/reinforce")
-    r, m = inputs.token_rewards, inputs.response_mask.bool()
-    v = state_values(inputs.values.to(r.dtype))
-    turn = _turns(inputs)
+def _gae_rows(r: torch.Tensor, v: torch.Tensor, m: torch.Tensor, turn: torch.Tensor, cfg: Any,
+              boot_v: torch.Tensor, boot_a: torch.Tensor, has_next: torch.Tensor) -> torch.Tensor:
+    """GAE over the model tokens of some rows, right to left. A row with ``has_next`` continues
+    after its last model token into a next sample whose first model token has state value
+    ``boot_v`` and advantage ``boot_a`` (a turn boundary: ``gamma``/``lambd``); else terminal."""
     adv = torch.zeros_like(r)
-    next_v = torch.zeros_like(r[:, 0])
-    next_a = torch.zeros_like(r[:, 0])
-    next_turn = torch.full_like(turn[:, 0], -1)
+    next_v, next_a = boot_v.clone(), boot_a.clone()
+    # a turn id no row uses: the link from the last model token to the next sample crosses a turn
+    next_turn = torch.where(has_next, torch.full_like(turn[:, 0], 1 << 30), torch.full_like(turn[:, 0], -1))
     for t in range(r.shape[1] - 1, -1, -1):
         mt = m[:, t]
         g = _link_discounts(turn[:, t], next_turn, cfg.gamma, cfg.token_gamma).to(r.dtype)
@@ -258,8 +248,63 @@ def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
         next_v = torch.where(mt, v[:, t], next_v)
         next_a = torch.where(mt, a, next_a)
         next_turn = torch.where(mt, turn[:, t], next_turn)
+    return adv
+
+
+def _step_successors(inputs: AdvantageInputs) -> list[int]:
+    """For step-mode samples: the row holding the next step of each row's episode (step id + 1),
+    or -1 when the episode ends there (or its next step is not in the batch)."""
+    row_of = {}
+    for i, (e, s) in enumerate(zip(inputs.episode_ids, inputs.step_ids)):
+        key = (e, int(s))
+        if key in row_of:
+            raise ValueError(f"episode {e!r} has duplicate step_id {int(s)}")
+        row_of[key] = i
+    return [row_of.get((e, int(s) + 1), -1) for e, s in zip(inputs.episode_ids, inputs.step_ids)]
+
+
+@ADVANTAGES.register("gae")
+def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
+    """Generalised advantage estimation with a critic, over model tokens only, multi-turn aware.
+
+    ``delta_t = r_t + g_t V_next - V_t``, ``A_t = delta_t + g_t l_t A_next``, returns
+    ``A + V`` with ``V_t`` the value of the state before model token t (:func:`state_values`);
+    ``(g, l) = (gamma, lambd)`` across turns and ``(token_gamma, token_lambd)``
+    inside a turn; the last model token is terminal (V_next = 0).
+
+    Step-mode samples (one turn per row, with ``episode_ids``/``step_ids``) are chained: the
+    last model token of step k bootstraps from the first model token of step k + 1 of the same
+    episode (across a turn boundary), so an outcome reward reaches every turn exactly as it
+    would in one trajectory-mode row. The last step in the batch of an episode is terminal.
+    """
+    estimator_args(cfg, {})
+    if inputs.values is None:
+        raise ValueError("adv_estimator 'gae' needs critic values: add a critic role or choose grpo/rloo/reinforce")
+    r, m = inputs.token_rewards, inputs.response_mask.bool()
+    v = state_values(inputs.values.to(r.dtype))
+    turn = _turns(inputs)
+    B = inputs.batch_size
+    zeros = torch.zeros(B, dtype=r.dtype, device=r.device)
+    metrics = {}
+    if inputs.episode_ids is None or inputs.step_ids is None:
+        adv = _gae_rows(r, v, m, turn, cfg, zeros, zeros, torch.zeros(B, dtype=torch.bool, device=r.device))
+    else:
+        succ = torch.tensor(_step_successors(inputs), dtype=torch.long, device=r.device)
+        has_next = (succ >= 0) & m[succ.clamp(min=0)].any(-1)
+        first = m.long().argmax(-1)  # first model token of each row
+        adv = torch.zeros_like(r)
+        steps = torch.tensor([int(s) for s in inputs.step_ids], device=r.device)
+        for s in sorted(set(steps.tolist()), reverse=True):  # later steps first: their advantages feed earlier ones
+            rows = (steps == s).nonzero().squeeze(1)
+            nxt = succ[rows].clamp(min=0)
+            hn = has_next[rows]
+            boot_v = torch.where(hn, v[nxt, first[nxt]], zeros[rows])
+            boot_a = torch.where(hn, adv[nxt, first[nxt]], zeros[rows])
+            adv[rows] = _gae_rows(r[rows], v[rows], m[rows], turn[rows], cfg, boot_v, boot_a, hn)
+        metrics["reward/gae_chained_steps"] = float(has_next.sum())
     returns = (adv + v) * m.to(r.dtype)
-    return AdvantageOutputs(adv, returns, _summary("reward/values", v, m))
+    metrics.update(_summary("reward/values", v, m))
+    return AdvantageOutputs(adv, returns, metrics)
 
 
 @ADVANTAGES.register("grpo")

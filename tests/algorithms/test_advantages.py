@@ -185,6 +185,34 @@ def test_gae_hand_worked_multi_turn():
     torch.testing.assert_close(out.returns, expected_ret, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gae_step_mode_chains_episode_steps(seed):
+    """Step-mode GAE (one row per turn) equals trajectory-mode GAE on the row that concatenates
+    an episode's step rows: step k's last model token bootstraps from step k + 1's first."""
+    inputs, rows = step_mode_batch(seed)
+    g = torch.Generator().manual_seed(seed)
+    critic = torch.rand(inputs.token_rewards.shape, generator=g, dtype=torch.float64)
+    inputs = dataclasses.replace(inputs, values=critic)
+    cfg = cfg_for("gae", gamma=0.9, lambd=0.8, token_gamma=1.0, token_lambd=0.7)
+    out = compute_advantages(inputs, cfg)
+    assert out.metrics["reward/gae_chained_steps"] == sum(1 for r in rows if any(o[1] == r[1] and o[2] == r[2] + 1 for o in rows))
+    T = inputs.token_rewards.shape[1]
+    for ep in sorted({r[1] for r in rows}):
+        idx = sorted((i for i, r in enumerate(rows) if r[1] == ep), key=lambda i: rows[i][2])
+        cat = lambda x: torch.cat([x[i] for i in idx])[None]
+        turn = torch.cat([torch.where(inputs.response_mask[i].bool(), k, -1) for k, i in enumerate(idx)])[None]
+        traj = AdvantageInputs(cat(inputs.token_rewards), cat(inputs.response_mask), [0], values=cat(critic), turn_ids=turn)
+        ref = compute_advantages(traj, cfg)
+        for k, i in enumerate(idx):
+            torch.testing.assert_close(out.advantages[i], ref.advantages[0, k * T:(k + 1) * T], rtol=0, atol=1e-12)
+            torch.testing.assert_close(out.returns[i], ref.returns[0, k * T:(k + 1) * T], rtol=0, atol=1e-12)
+    # the first step of a multi-step episode sees the outcome of later steps: unchained it would not
+    unchained = compute_advantages(dataclasses.replace(inputs, episode_ids=None, step_ids=None), cfg)
+    multi = [i for i, r in enumerate(rows) if r[2] == 0 and any(o[1] == r[1] and o[2] == 1 for o in rows)]
+    if multi:
+        assert not torch.allclose(out.advantages[multi], unchained.advantages[multi])
+
+
 def test_reinforce_equals_grpo_for_outcome_rewards():
     """gamma = 1 and an outcome reward only (on the last model token): the reward-to-go is the
     score at every token, so reinforce reduces to grpo."""
