@@ -74,6 +74,11 @@ class EnvSpec:
     eval_steps: int
     overrides: list[str] = field(default_factory=list)
     """Extra overrides for every RL run of this env."""
+    demo_sets: list[tuple[str, float, int]] = field(default_factory=list)
+    """Several demonstration sets (tag, epsilon, episodes), one file each, all given to SFT
+    (the multi-env chain); empty: one set of ``epsilon`` and ``episodes`` for every tag."""
+    val_tags: list[str] = field(default_factory=list)
+    """Validation tags to report (default: ``tag``)."""
     algo_overrides: dict[str, list[str]] = field(default_factory=dict)
     """Extra overrides for the RL run of one algorithm."""
 
@@ -89,14 +94,26 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
             rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},
             epsilon=0.75, episodes=400, sft_steps=40, rl_steps=30, eval_steps=10),
     }
+    specs["multi"] = EnvSpec(
+        name="multi", tag="FrozenLake", sft_config=f"{CFG}/sokoban_sft.yaml",
+        rl_configs={"grpo": f"{CFG}/multi_env_grpo.yaml"},
+        epsilon=specs["frozenlake"].epsilon, episodes=specs["frozenlake"].episodes,
+        sft_steps=specs["frozenlake"].sft_steps + specs["sokoban"].sft_steps,
+        rl_steps=300, eval_steps=50,
+        demo_sets=[(s.tag, s.epsilon, s.episodes) for s in (specs["frozenlake"], specs["sokoban"])],
+        val_tags=["FrozenLake", "LargerSokoban", "SokobanDifferentSymbols"])
     if quick:
         # Same chain, every stage as small as it goes: the run time is Ray start-ups.
         for s in specs.values():
             s.episodes, s.sft_steps, s.rl_steps, s.eval_steps = 8, 2, 2, 1
+            s.demo_sets = [(tag, eps, 8) for tag, eps, _ in s.demo_sets]
             s.overrides = ["rollout_batch_size=8", "val_batch_size=4", "train_env_manager.group_size=4",
                            "actor_train.training_args.per_device_train_batch_size=8",
-                           "custom_envs." + s.tag + ".max_turns=3"]
+                           *(f"custom_envs.{t}.max_turns=3" for t in
+                             dict.fromkeys([s.tag, *s.val_tags, *(t for t, _, _ in s.demo_sets)]))]
             s.algo_overrides = {"ppo": ["critic.training_args.per_device_train_batch_size=8"]}
+        # one group per training tag, one validation episode per tag
+        specs["multi"].overrides += ["train_env_manager.num_groups_partition=[1,1]", "val_batch_size=3"]
     return specs
 
 
@@ -207,12 +224,24 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
     rl_main = spec.rl_configs["grpo"]
     result: dict[str, Any] = {"seed": seed, "epsilon": spec.epsilon, "episodes": spec.episodes,
                               "sft_steps": spec.sft_steps, "wall_s": {}, "algos": {}}
-    result["wall_s"]["demos"] = run_cmd(
-        roll_cmd("data", "demos", rl_main, *spec.overrides, "--out", str(demos), "--episodes", str(spec.episodes),
-                 "--epsilon", str(spec.epsilon), "--seed", str(seed)), base / "demos.log", commands, reuse)
+    if spec.demo_sets:
+        files = []
+        result["wall_s"]["demos"] = 0.0
+        for tag, eps, episodes in spec.demo_sets:
+            files.append(base / f"demos_{tag}.jsonl")
+            result["wall_s"]["demos"] += run_cmd(
+                roll_cmd("data", "demos", rl_main, *spec.overrides, "--out", str(files[-1]), "--tags", tag,
+                         "--episodes", str(episodes), "--epsilon", str(eps), "--seed", str(seed)),
+                base / f"demos_{tag}.log", commands, reuse)
+        train_files = ",".join(map(str, files))
+    else:
+        result["wall_s"]["demos"] = run_cmd(
+            roll_cmd("data", "demos", rl_main, *spec.overrides, "--out", str(demos), "--episodes", str(spec.episodes),
+                     "--epsilon", str(spec.epsilon), "--seed", str(seed)), base / "demos.log", commands, reuse)
+        train_files = str(demos)
     sft_dir = base / "sft"
     result["wall_s"]["sft"] = run_cmd(
-        roll_cmd("run", spec.sft_config, f"output_dir={sft_dir}", f"data.train_files=[{demos}]",
+        roll_cmd("run", spec.sft_config, f"output_dir={sft_dir}", f"data.train_files=[{train_files}]",
                  f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false"), base / "sft.log", commands, reuse)
     runs = {}
     for algo in algos:
@@ -222,9 +251,13 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
                        f"eval_steps={spec.eval_steps}", f"seed={seed}",
                        "show_progress=false", *spec.overrides, *spec.algo_overrides.get(algo, []))
         result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands, reuse)
-        c = curves(read_metrics(rl_dir / "logs" / "metrics.jsonl"), spec.tag)
+        rows = read_metrics(rl_dir / "logs" / "metrics.jsonl")
+        c = curves(rows, spec.tag)
         runs[algo] = c
         result["algos"][algo] = {**gains(c), "curves": c}
+        if spec.val_tags:
+            result["algos"][algo]["per_tag"] = {t: {**gains(ct), "curves": ct}
+                                                for t in spec.val_tags for ct in [curves(rows, t)]}
     result["runs"] = runs
     return result
 
@@ -245,17 +278,32 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
              "| env | algo | eps | greedy start | greedy end | sampled start | sampled end | gain (pp) | RL wall (s) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
+        if name == "multi":
+            continue
         for algo, g in r["algos"].items():
             lines.append(f"| {name} | {algo} | {r['epsilon']} | {g['greedy_start']:.1f} | {g['greedy_end']:.1f} | "
                          f"{g['sampled_start']:.1f} | {g['sampled_end']:.1f} | {g['gain']:+.1f} | {r['wall_s'][algo]:.0f} |")
+    if "multi" in results:
+        r = results["multi"]
+        lines += ["", "Generalisation (`multi_env_grpo.yaml`: GRPO on simple Sokoban + FrozenLake from one SFT "
+                  "start on both envs' demonstrations; validation on held-out seeds, the Sokoban variants never "
+                  f"trained on; RL wall {r['wall_s']['grpo']:.0f} s):", "",
+                  "| validation env | greedy start | greedy end | sampled start | sampled end | gain (pp) |",
+                  "|---|---|---|---|---|---|"]
+        for t, g in r["algos"]["grpo"]["per_tag"].items():
+            lines.append(f"| {t} | {g['greedy_start']:.1f} | {g['greedy_end']:.1f} | {g['sampled_start']:.1f} | "
+                         f"{g['sampled_end']:.1f} | {g['gain']:+.1f} |")
     lines += ["", "Validation success per round (step: greedy / sampled, %):", ""]
     for name, r in results.items():
-        for algo, g in r["algos"].items():
+        per_run = [(f"{name} {algo}", g) for algo, g in r["algos"].items()]
+        if name == "multi":
+            per_run = [(f"multi grpo {t}", g) for t, g in r["algos"]["grpo"]["per_tag"].items()]
+        for label, g in per_run:
             c = g["curves"]
             greedy, sampled = dict(c["val_greedy"]), dict(c["val_sampled"])
             pts = ", ".join(f"{s}: {100 * greedy.get(s, float('nan')):.0f} / {100 * sampled.get(s, float('nan')):.0f}"
                             for s in sorted(greedy))
-            lines.append(f"- {name} {algo}: {pts}")
+            lines.append(f"- {label}: {pts}")
             inv_g, inv_s = dict(c.get("val_greedy_invalid", [])), dict(c.get("val_sampled_invalid", []))
             if inv_g:
                 inv = ", ".join(f"{s}: {100 * inv_g[s]:.0f} / {100 * inv_s.get(s, float('nan')):.0f}" for s in sorted(inv_g))
@@ -281,7 +329,8 @@ def write_section(doc: Path, text: str) -> None:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the same chain, tiny (does not touch docs/)")
-    p.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"], choices=["frozenlake", "sokoban"])
+    p.add_argument("--envs", nargs="+", default=["frozenlake", "sokoban"], choices=["frozenlake", "sokoban", "multi"],
+                   help="multi: GRPO on both envs, validated on FrozenLake and two unseen Sokoban variants")
     p.add_argument("--ppo", nargs="*", default=None, choices=["frozenlake", "sokoban"],
                    help="also run PPO with a critic from the same SFT model (for these envs; all when none named)")
     p.add_argument("--ppo-steps", type=int, default=None,
@@ -308,13 +357,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         r = run_env(specs[name], algos, out_root, args.seed, commands, args.reuse, args.ppo_steps)
         results[name] = r
         curve_dir = docs / "learning_curves" if docs else out_root / "curves"
-        plot(r.pop("runs"), f"{name}: validation success (held-out seeds)", curve_dir / f"{name}.png")
+        runs = r.pop("runs")
+        per_tag = r["algos"]["grpo"].get("per_tag")
+        if per_tag:  # one line set per validation env
+            runs = {t: g["curves"] for t, g in per_tag.items()}
+        plot(runs, f"{name}: validation success (held-out seeds)", curve_dir / f"{name}.png")
         for algo, g in r["algos"].items():
             print(f"{name} {algo}: greedy {g['greedy_start']:.1f} -> {g['greedy_end']:.1f}, "
                   f"sampled {g['sampled_start']:.1f} -> {g['sampled_end']:.1f} (gain {g['gain']:+.1f} pp)", flush=True)
     (out_root / "results.json").write_text(json.dumps(results, indent=1))
     result_line = "RESULT " + " ".join(f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}"
                                        for n in ("sokoban", "frozenlake") if n in results)
+    if "multi" in results:
+        result_line += " " + " ".join(f"multi_{t}_gain_pp={g['gain']:.1f}"
+                                      for t, g in results["multi"]["algos"]["grpo"]["per_tag"].items())
     if docs is not None:
         write_section(docs / "benchmarks.md", section_text(results, commands, result_line, "docs/learning_curves",
                                                              shlex.join(["python", "bench/learning.py", *(argv if argv is not None else sys.argv[1:])])))

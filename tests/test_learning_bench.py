@@ -26,7 +26,12 @@ def test_args_and_quick_sizes(bench):
     with pytest.raises(SystemExit):
         bench.parse_args(["--envs", "chess"])
     full, quick = bench.env_specs(False), bench.env_specs(True)
-    for name in ("frozenlake", "sokoban"):
+    assert bench.parse_args(["--envs", "multi"]).envs == ["multi"]
+    # the multi-env chain trains on both envs' demonstrations, each with its own noise
+    assert [t for t, _, _ in full["multi"].demo_sets] == ["FrozenLake", "SimpleSokoban"]
+    assert {t: e for t, e, _ in full["multi"].demo_sets} == {"FrozenLake": full["frozenlake"].epsilon,
+                                                             "SimpleSokoban": full["sokoban"].epsilon}
+    for name in ("frozenlake", "sokoban", "multi"):
         assert quick[name].rl_steps < full[name].rl_steps and quick[name].sft_steps < full[name].sft_steps
         # validation must land on the last step, so the end point is the final model
         assert full[name].rl_steps % full[name].eval_steps == 0 and quick[name].rl_steps % quick[name].eval_steps == 0
@@ -39,6 +44,10 @@ def test_configs_load(bench):
 
     for spec in bench.env_specs(False).values():
         grpo = load_config(str(ROOT / spec.rl_configs["grpo"]))
+        for tag in spec.val_tags:  # the multi-env chain reports every validation env
+            assert tag in grpo.val_env_manager.tags
+        if "ppo" not in spec.rl_configs:
+            continue
         ppo = load_config(str(ROOT / spec.rl_configs["ppo"]))
         assert grpo.algorithm.adv_estimator == "gigpo" and "step_weight" in grpo.algorithm.adv_estimator_args
         # observation-only prompts: no instruction, no system prompt, the grid alone
@@ -94,3 +103,16 @@ def test_section_text_has_table_commands_and_result(bench):
     assert "| frozenlake | grpo | 0.75 | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 | 600 |" in text
     assert "roll run x.yaml seed=42" in text and "RESULT frozenlake_gain_pp=30.0" in text
     assert "- frozenlake grpo: 0: 10 / 25, 4: 60 / 55" in text
+
+
+def test_section_text_multi_env_table(bench):
+    per_tag = {}
+    for tag in ("FrozenLake", "LargerSokoban"):
+        c = bench.curves(_rows(tag), tag)
+        per_tag[tag] = {**bench.gains(c), "curves": c}
+    multi = {"epsilon": 0.5, "wall_s": {"grpo": 900.0},
+             "algos": {"grpo": {**per_tag["FrozenLake"], "per_tag": per_tag}}}
+    text = bench.section_text({"multi": multi}, [], "RESULT", "docs/learning_curves")
+    # the generalisation table has one row per validation env, and no row in the main table
+    assert "| LargerSokoban | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 |" in text and "| multi | grpo |" not in text
+    assert "RL wall 900 s" in text and "- multi grpo LargerSokoban: 0: 10 / 25, 4: 60 / 55" in text
