@@ -34,13 +34,24 @@ the version becomes visible after the last bucket. ``pause()`` / ``resume()`` br
 multi-bucket update so no batch decodes on a mix of versions. ``shared_weight_layout()`` exposes the
 parameters as views of one shared-memory block so a colocated trainer on the same node can
 write them directly (see roll/distributed/model_update.py).
+
+The block starts with a 64-byte header of int64 slots (``SHM_SLOTS``): ``version`` (the
+version the bytes in the block are), ``pause_requested`` (0, or the pid of a writer waiting
+for the block) and ``pid`` (this process, so a writer can tell that it died). A writer in
+another process takes ``fcntl.flock(LOCK_EX)`` on the block's file; every decode batch and
+``logprobs`` call holds ``LOCK_SH`` and reads the version right after taking it, so a batch
+sees one version's weights and reports that version. Before taking the shared lock, a batch
+yields to a waiting writer (briefly, and never to a dead one), so a writer is not starved.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import os
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +64,29 @@ from roll.utils.logging import get_logger
 logger = get_logger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+SHM_HEADER_BYTES = 64  # parameters start here, keeping their 64-byte alignment
+SHM_SLOTS = {"version": 0, "pause_requested": 1, "pid": 2}  # int64 indices into the header
+YIELD_SLEEP_S = 0.0003  # how long a batch sleeps between looks at a waiting writer's flag
+YIELD_MAX_S = 2.0  # a batch yields at most this long (the flag is a courtesy, the flock is the guard)
+YIELD_CHECK_S = 0.05  # how often a yielding batch checks that the waiting writer is alive
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this node (a zombie, killed but not yet reaped, counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no procfs: os.kill said it exists
 
 
 @dataclass
@@ -122,6 +156,10 @@ class HFInferStrategy:
         self._aborted: set[str] = set()
         self._running: set[str] = set()
         self._shm = None  # shared-memory block backing the parameters (colocated weight sync)
+        self._header: memoryview | None = None  # int64 view of the block's header (SHM_SLOTS)
+        self._flock_ok = False  # False: no usable flock on the block (writers then rely on pause())
+        self.writer_yields = 0  # batches that waited for a writer's pause_requested flag
+        self.stale_pause_flags = 0  # flags left by a writer that died, cleared here
         self._resume: asyncio.Event | None = None  # cleared while a weight update is in progress
         self._pause_timer: asyncio.TimerHandle | None = None
         self.num_batches = 0
@@ -177,10 +215,10 @@ class HFInferStrategy:
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         self._validate(request)
         if request.max_new_tokens <= 0:
-            return GenerationResult(request.request_id, [], [], "length", self._version)
+            return GenerationResult(request.request_id, [], [], "length", self.policy_version())
         if request.request_id in self._aborted:  # aborted before it was even submitted
             self._aborted.discard(request.request_id)
-            return GenerationResult(request.request_id, [], [], "abort", self._version)
+            return GenerationResult(request.request_id, [], [], "abort", self.policy_version())
         await self.start()
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put(_Pending(request, fut))
@@ -227,12 +265,12 @@ class HFInferStrategy:
                 return
 
     def _decode_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        with self._lock:
+        with self._lock, self._weights_in_use() as version:
             self.num_batches += 1
-            return self._decode_locked(requests)
+            return self._decode_locked(requests, version)
 
     @torch.inference_mode()
-    def _decode_locked(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+    def _decode_locked(self, requests: list[GenerationRequest], version: int) -> list[GenerationResult]:
         dev = self.device
         n = len(requests)
         width = max(len(r.prompt_ids) for r in requests)
@@ -256,7 +294,6 @@ class HFInferStrategy:
         out_ids: list[list[int]] = [[] for _ in requests]
         out_lps: list[list[float]] = [[] for _ in requests]
         reason: list[str | None] = [None] * n
-        version = self._version
         past = None
         step_ids, step_pos = input_ids, positions
         for step in range(max(r.max_new_tokens for r in requests)):
@@ -305,8 +342,51 @@ class HFInferStrategy:
         """[B, T] logprobs of ``input_ids`` under the served weights, aligned like the trainer's."""
         from roll.strategies.torch_train import forward_logprobs
 
-        with self._lock, torch.inference_mode():
+        with self._lock, self._weights_in_use(), torch.inference_mode():
             return forward_logprobs(self.model, batch.to(self.device)).cpu()
+
+    @contextlib.contextmanager
+    def _weights_in_use(self):
+        """Hold the shared-memory block's shared lock (when there is one) and yield the version
+        of the weights in it. Called with ``self._lock`` held, so one thread of this process at
+        a time uses the block's file description."""
+        if self._header is None or not self._flock_ok:
+            yield self.policy_version()
+            return
+        import fcntl
+
+        self._yield_to_writer()
+        fd = self._shm._fd
+        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks while a writer holds LOCK_EX
+        try:
+            yield int(self._header[SHM_SLOTS["version"]])
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _yield_to_writer(self) -> None:
+        """Sleep while a writer waits for the block (``pause_requested``), so that back-to-back
+        batches do not starve it; bounded, and a flag left by a dead writer is cleared."""
+        slot = SHM_SLOTS["pause_requested"]
+        writer = int(self._header[slot])
+        if not writer:
+            return
+        self.writer_yields += 1
+        start = time.monotonic()
+        next_check = start + YIELD_CHECK_S
+        while writer:
+            now = time.monotonic()
+            if now >= next_check:
+                if not process_alive(writer):
+                    self.stale_pause_flags += 1
+                    logger.warning("weight block: pause flag of writer pid %d, which is gone; cleared", writer)
+                    if int(self._header[slot]) == writer:
+                        self._header[slot] = 0
+                    return
+                if now - start > YIELD_MAX_S:
+                    return  # the writer still gets the block: it polls for the exclusive lock
+                next_check = now + YIELD_CHECK_S
+            time.sleep(YIELD_SLEEP_S)
+            writer = int(self._header[slot])
 
     # ---- weights ----------------------------------------------------------------------------
     def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int, last_bucket: bool = True) -> None:
@@ -319,7 +399,12 @@ class HFInferStrategy:
                     raise ValueError(f"update_weights: {name} has shape {tuple(tensor.shape)}, model expects {tuple(param.shape)}")
                 param.copy_(tensor)
             if last_bucket:
-                self._version = int(version)
+                self._set_version_locked(int(version))
+
+    def _set_version_locked(self, version: int) -> None:
+        self._version = version
+        if self._header is not None:  # both sync paths agree on what the block holds
+            self._header[SHM_SLOTS["version"]] = version
 
     async def pause(self, timeout_s: float = 600.0) -> None:
         """Stop starting decode batches and wait for the running one: the weights are then free
@@ -338,7 +423,7 @@ class HFInferStrategy:
     def _pause_expired(self, timeout_s: float) -> None:
         self.pause_timeouts += 1
         logger.error("weight update did not finish within %gs: generation resumes on possibly mixed weights "
-                     "(version stays %d)", timeout_s, self._version)
+                     "(version stays %d)", timeout_s, self.policy_version())
         self._resume.set()
 
     def resume(self) -> None:
@@ -350,22 +435,28 @@ class HFInferStrategy:
 
     def set_version(self, version: int) -> None:
         """Mark an update as complete whose bytes were written directly into shared memory."""
-        self._version = int(version)
+        with self._lock:
+            self._set_version_locked(int(version))
 
     def policy_version(self) -> int:
-        return self._version
+        """The served version: with a shared-memory block, what its header says (a colocated
+        trainer may have published a new one there)."""
+        header = self._header
+        return int(header[SHM_SLOTS["version"]]) if header is not None else self._version
 
     def shared_weight_layout(self) -> dict[str, Any]:
         """Move every parameter into ONE named shared-memory block (once) and return its layout:
-        ``{"shm_name", "nbytes", "params": {name: (offset, shape, dtype_str)}}``. A process on
-        the same node can map the block and write new weights in place with one copy."""
+        ``{"shm_name", "nbytes", "header", "header_slots", "params": {name: (offset, shape,
+        dtype_str)}}`` (``header``: bytes before the first parameter; ``header_slots``: int64
+        index of each header field, see the module docstring). A process on the same node can
+        map the block and write new weights in place with one copy."""
         if self.device != "cpu":
             raise RuntimeError("shared-memory weight layout is the CPU colocated path; GPU uses CUDA IPC")
         from multiprocessing import shared_memory
 
         with self._lock:
             if self._shm is None:
-                total = 0
+                total = SHM_HEADER_BYTES
                 offsets = {}
                 for name, p in self._params.items():
                     total = (total + 63) // 64 * 64  # keep every view 64-byte aligned
@@ -377,12 +468,31 @@ class HFInferStrategy:
                         view = torch.frombuffer(shm.buf, dtype=p.dtype, count=p.numel(), offset=offsets[name]).view(p.shape)
                         view.copy_(p.data)
                         p.data = view
-                self._shm, self._shm_offsets, self._shm_size = shm, offsets, total
+                header = shm.buf[:SHM_HEADER_BYTES].cast("q")
+                header[SHM_SLOTS["version"]] = self._version
+                header[SHM_SLOTS["pause_requested"]] = 0
+                header[SHM_SLOTS["pid"]] = os.getpid()
+                self._shm, self._shm_offsets, self._shm_size, self._header = shm, offsets, total, header
+                self._flock_ok = self._probe_flock()
             return {
                 "shm_name": self._shm.name,
                 "nbytes": self._shm_size,
+                "header": SHM_HEADER_BYTES,
+                "header_slots": dict(SHM_SLOTS),
                 "params": {n: (self._shm_offsets[n], tuple(p.shape), str(p.dtype).removeprefix("torch.")) for n, p in self._params.items()},
             }
+
+    def _probe_flock(self) -> bool:
+        try:
+            import fcntl
+
+            fcntl.flock(self._shm._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(self._shm._fd, fcntl.LOCK_UN)
+            return True
+        except (ImportError, AttributeError, OSError) as e:  # writers see the same and keep pausing this worker
+            logger.warning("weight block %s: flock unavailable (%r); colocated updates pause generation instead",
+                           self._shm.name, e)
+            return False
 
     def offload(self) -> None:
         """Free device memory while a colocated role runs (no-op on CPU)."""
@@ -398,7 +508,11 @@ class HFInferStrategy:
 
     def close(self) -> None:
         if self._shm is not None:
-            shm, self._shm = self._shm, None
+            with self._lock:
+                self._version = self.policy_version()
+                header, self._header = self._header, None
+                header.release()
+                shm, self._shm = self._shm, None
             for p in self._params.values():  # detach params from the block before it goes away
                 p.data = p.data.clone()
             shm.close()

@@ -82,8 +82,8 @@ class ActorWorker(Worker):
             old.detach_shared()
         self.senders[group] = WeightSender()
 
-    def weight_sync_attach_shared(self, group: str, layouts: list[dict]) -> None:
-        self.senders[group].attach_shared(layouts)
+    def weight_sync_attach_shared(self, group: str, layouts: list[dict]) -> dict[str, Any]:
+        return self.senders[group].attach_shared(layouts)
 
     def weight_sync_set_ipc_receivers(self, group: str, receivers: list[Any]) -> None:
         self.senders[group].ipc_receivers = list(receivers)
@@ -92,9 +92,12 @@ class ActorWorker(Worker):
                                    receivers: list[Any], timeout_s: float) -> None:
         self.senders[group].init_broadcast(group, master_addr, master_port, world_size, receivers, timeout_s)
 
-    def weight_sync_send(self, group: str, version: int, bucket_size_mb: int) -> dict[str, float]:
+    def weight_sync_send(self, group: str, version: int, bucket_size_mb: int, publish: bool = False,
+                         lock_timeout_s: float | None = None) -> dict[str, Any]:
+        """``publish``: the one-call locked path (rank 0 locks the receivers' blocks, writes and
+        sets their version); otherwise the driver pauses and publishes around this call."""
         if group not in self.senders:
             return {"linked": False}  # restarted since the links were built: the group rebuilds them
         buckets = self.strategy.named_parameters_for_sync(bucket_size_mb)
         sender = self.senders[group]  # ranks > 0 only drain the generator (FSDP gathers are collective)
-        return sender.send(buckets, version, self.rank == 0, self.worker_config.call_timeout_s)
+        return sender.send(buckets, version, self.rank == 0, self.worker_config.call_timeout_s, publish, lock_timeout_s)

@@ -103,8 +103,16 @@ def test_bad_requests_fail_clearly(strategy):
         HFInferStrategy(WorkerConfig(model_name_or_path="x", strategy_args=StrategyArgs("hf_infer", {"batch": 3})))
 
 
-def test_update_weights_version_and_shared_layout(tiny_model_dir):
+@pytest.fixture(scope="module")
+def own_strategy(tiny_model_dir):
+    """A strategy whose weights the tests change (model loading is slow on a busy machine: one)."""
     s = HFInferStrategy(WorkerConfig(model_name_or_path=tiny_model_dir))
+    yield s
+    s.close()
+
+
+def test_update_weights_version_and_shared_layout(own_strategy):
+    s = own_strategy
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     probe = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
     before = s.logprobs(probe)
@@ -117,4 +125,49 @@ def test_update_weights_version_and_shared_layout(tiny_model_dir):
     assert s.policy_version() == 3 and not torch.equal(s.logprobs(probe), before)
     with pytest.raises(KeyError, match="not a parameter"):
         s.update_weights([("nope.weight", torch.zeros(1))], 4)
-    s.close()
+
+
+def test_shared_block_header_lock_and_version(own_strategy):
+    """A writer in another open file description of the block (as the colocated trainer is)
+    holding LOCK_EX keeps decode batches and logprobs out; the batch that follows reports the
+    version the writer put in the header."""
+    import fcntl
+    import os
+    import threading
+    import time
+    from multiprocessing import shared_memory
+
+    from roll.strategies.hf_infer import SHM_HEADER_BYTES, SHM_SLOTS
+
+    s = own_strategy
+    layout = s.shared_weight_layout()  # the same block again when an earlier test made it
+    assert layout["header"] == SHM_HEADER_BYTES == 64 and layout["header_slots"] == SHM_SLOTS
+    assert min(off for off, _, _ in layout["params"].values()) >= 64
+    assert all(off % 64 == 0 for off, _, _ in layout["params"].values())
+    writer = shared_memory.SharedMemory(name=layout["shm_name"])
+    header = writer.buf[:64].cast("q")
+    try:
+        assert header[SHM_SLOTS["pid"]] == os.getpid() and header[SHM_SLOTS["version"]] == s.policy_version()
+        s.update_weights([], version=2)  # the staged path's publish writes the header too
+        assert header[SHM_SLOTS["version"]] == 2 == s.policy_version()
+
+        fcntl.flock(writer._fd, fcntl.LOCK_EX)
+        header[SHM_SLOTS["pause_requested"]] = os.getpid()
+        got = {}
+        t = threading.Thread(target=lambda: got.update(res=run(s.generate(req("locked", seed=1)))))
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive() and "res" not in got  # waits for the writer
+        header[SHM_SLOTS["version"]] = 7
+        header[SHM_SLOTS["pause_requested"]] = 0
+        fcntl.flock(writer._fd, fcntl.LOCK_UN)
+        t.join(30)
+        assert got["res"].policy_version == 7 == s.policy_version() and s.writer_yields >= 1
+
+        # a flag left behind by a writer that died is cleared by the next batch, which then runs
+        header[SHM_SLOTS["pause_requested"]] = 2 ** 22 + 12345  # above pid_max: no such process
+        assert run(s.generate(req("stale", seed=1))).policy_version == 7
+        assert header[SHM_SLOTS["pause_requested"]] == 0 and s.stale_pause_flags == 1
+    finally:
+        header.release()
+        writer.close()
