@@ -6,6 +6,11 @@ the actor instance), so every stage still runs through the real Ray calls: a sen
 publishes nothing and leaves the receivers serving; a receiver that fails to pause is named
 and the other receiver is resumed; a receiver that Ray restarted while idle (its cluster never
 saw it die) is set up again, relinked, and then serves the trainer's weights.
+
+The one-call locked path is tested with a second ModelUpdateGroup on the same trainer and only
+the colocated worker: parity and versions without any receiver call, a writer that waits for
+the running decode batch, a hung receiver named within the timeout with its weights intact,
+relinking after a kill, and the staged fallback when flock is unavailable.
 """
 from __future__ import annotations
 
@@ -66,6 +71,11 @@ class Setup:
         ref = self.train.call("compute_logprobs", probe, mode="dp")["old_logprobs"]
         return max(float((cl.call("compute_logprobs", probe, mode="rank0")["infer_logprobs"] - ref).abs().max())
                    for cl in (self.colo, self.remote))
+
+    def parity_of(self, cluster) -> float:
+        probe = batch(rows=2, seed=1).select_keys(["input_ids", "attention_mask"])
+        ref = self.train.call("compute_logprobs", probe, mode="dp")["old_logprobs"]
+        return float((cluster.call("compute_logprobs", probe, mode="rank0")["infer_logprobs"] - ref).abs().max())
 
     def versions(self) -> list[int]:
         return [cl.call("policy_version", mode="rank0") for cl in (self.colo, self.remote)]
@@ -195,3 +205,165 @@ def test_control_call_finds_a_slot_while_generations_fill_the_worker(setup):
     assert ray.wait(pending, timeout=0)[0] == []  # all parked behind the pause
     assert ray.get(worker.finish_weight_update.remote(None), timeout=10) == version
     assert [r.policy_version for r in ray.get(pending, timeout=30)] == [version] * 8
+
+
+# ---- the one-call locked path (colocated shared-memory receivers only) ---------------------------
+def fast_group(setup, **kwargs):
+    from roll.distributed.model_update import ModelUpdateGroup
+
+    mu = ModelUpdateGroup(setup.train, [setup.colo], **kwargs)
+    assert mu.paths == {(0, 0): "colocated"} and mu.fast_path
+    return mu
+
+
+def next_version(setup) -> int:
+    return max(setup.versions()) + 1
+
+
+def test_fast_path_is_one_trainer_call_with_parity_and_versions(setup):
+    import ray
+
+    fast = fast_group(setup)
+    setup.train_step()
+    assert setup.parity_of(setup.colo) > 1e-3
+    version = next_version(setup)
+    # a receiver that cannot pause does not matter: no receiver is called during the update
+    ray.get(setup.colo.workers[0].__ray_call__.remote(_fail_pause))
+    try:
+        metrics = fast.update(version)
+    finally:
+        ray.get(setup.colo.workers[0].__ray_call__.remote(_restore_pause))
+    assert metrics["model_update/fast_path"] == 1.0 and metrics["model_update/receivers"] == 1.0
+    assert metrics["model_update/bytes"] > 0 and metrics["model_update/version"] == version
+    assert setup.versions()[0] == version and generates_within(setup.colo, 20.0) == version
+    assert setup.parity_of(setup.colo) < 1e-5
+
+
+def _running(worker) -> int:
+    return len(worker.strategy._running)
+
+
+def test_fast_path_writer_waits_for_the_running_batch(setup):
+    """An update issued while a greedy batch decodes lands after it: the batch's tokens and
+    logprobs are those of the old weights throughout, and it reports the old version."""
+    import ray
+
+    fast = fast_group(setup)
+    worker = setup.colo.workers[0]
+    old = setup.versions()[0]
+
+    def request(tag):
+        return GenerationRequest(f"{tag}-{time.monotonic_ns()}", [5, 6, 7, 8], max_new_tokens=300, temperature=0.0,
+                                 meta={"ignore_eos": True})
+
+    ref_out = ray.get(worker.generate.remote(request("ref")), timeout=CALL_TIMEOUT_S)  # old weights, undisturbed
+    setup.train_step()
+    pending = worker.generate.remote(request("raced"))
+    deadline = time.monotonic() + 20
+    while not ray.get(worker.__ray_call__.remote(_running)):
+        assert time.monotonic() < deadline, "the generation never started"
+        time.sleep(0.005)
+    metrics = fast.update(old + 1)
+    assert ray.wait([pending], timeout=0)[0], "the update returned while the batch was still decoding"
+    raced = ray.get(pending)
+    assert raced.policy_version == old and raced.output_ids == ref_out.output_ids
+    assert torch.allclose(torch.tensor(raced.logprobs), torch.tensor(ref_out.logprobs), atol=1e-6)
+    assert metrics["model_update/fast_path"] == 1.0 and generates_within(setup.colo, 20.0) == old + 1
+    assert setup.parity_of(setup.colo) < 1e-5
+
+
+def _hold_shared_lock(worker) -> None:
+    import fcntl
+
+    fcntl.flock(worker.strategy._shm._fd, fcntl.LOCK_SH)  # as a decode batch that never ends
+
+
+def _release_shared_lock(worker) -> None:
+    import fcntl
+
+    fcntl.flock(worker.strategy._shm._fd, fcntl.LOCK_UN)
+
+
+def test_fast_path_hung_receiver_is_named_within_the_timeout_and_keeps_its_weights(setup):
+    import ray
+
+    from roll.distributed.cluster import CallTimeoutError
+
+    fast = fast_group(setup, timeout_s=6.0)
+    worker = setup.colo.workers[0]
+    probe = batch(rows=2, seed=1).select_keys(["input_ids", "attention_mask"])
+    before = ray.get(worker.compute_logprobs.remote(probe))["infer_logprobs"]
+    old = setup.versions()[0]
+    setup.train_step()
+    ray.get(worker.__ray_call__.remote(_hold_shared_lock))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(CallTimeoutError, match="actor_infer rank 0: held its weight block"):
+            fast.update(old + 1)
+        assert time.monotonic() - t0 < 6.0
+    finally:
+        ray.get(worker.__ray_call__.remote(_release_shared_lock))
+    # straight to the actor (a cluster call would restart it first): old weights, old version
+    assert ray.get(worker.policy_version.remote()) == old
+    assert torch.equal(ray.get(worker.compute_logprobs.remote(probe))["infer_logprobs"], before)
+    # the next update restarts the hung worker, relinks it and serves the trainer's weights
+    metrics = fast.update(old + 2)
+    assert setup.colo.restarts >= 1 and setup.versions()[0] == old + 2 == metrics["model_update/version"]
+    assert setup.parity_of(setup.colo) < 1e-5
+    assert fast.update(old + 3)["model_update/fast_path"] == 1.0
+
+
+def test_fast_path_relinks_a_receiver_killed_between_updates(setup, ray_cluster):
+    import ray
+
+    fast = fast_group(setup)
+    version = next_version(setup)
+    fast.update(version)
+    worker = setup.colo.workers[0]
+    old_pid = ray.get(worker.ping.remote())["pid"]
+    ray_cluster.kill(worker, no_restart=False)
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        try:
+            if ray.get(worker.ping.remote(), timeout=10)["pid"] != old_pid:
+                break
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass
+        assert time.monotonic() < deadline, "Ray did not restart the killed inference worker"
+        time.sleep(0.2)
+    setup.train_step()
+    metrics = fast.update(version + 1)  # the trainer sees the dead pid: staged update, relink
+    assert metrics["model_update/fast_path"] == 0.0 and setup.versions()[0] == version + 1
+    assert setup.parity_of(setup.colo) < 1e-5
+    setup.train_step()
+    assert fast.update(version + 2)["model_update/fast_path"] == 1.0
+    assert setup.versions()[0] == version + 2 and setup.parity_of(setup.colo) < 1e-5
+
+
+def _disable_flock(worker) -> None:
+    sys.modules["roll.distributed.model_update"].fcntl = None
+
+
+def _enable_flock(worker) -> None:
+    import fcntl
+
+    sys.modules["roll.distributed.model_update"].fcntl = fcntl
+
+
+def test_staged_fallback_when_flock_is_unavailable(setup):
+    import ray
+
+    from roll.distributed.model_update import ModelUpdateGroup
+
+    trainer = setup.train.workers[0]
+    ray.get(trainer.__ray_call__.remote(_disable_flock))
+    try:
+        mu = ModelUpdateGroup(setup.train, [setup.colo])
+        assert mu.paths == {(0, 0): "colocated"} and not mu.fast_path
+        setup.train_step()
+        version = next_version(setup)
+        metrics = mu.update(version)
+    finally:
+        ray.get(trainer.__ray_call__.remote(_enable_flock))
+    assert metrics["model_update/fast_path"] == 0.0 and setup.versions()[0] == version
+    assert setup.parity_of(setup.colo) < 1e-5
