@@ -92,7 +92,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         "sokoban": EnvSpec(
             name="sokoban", tag="SimpleSokoban", sft_config=f"{CFG}/sokoban_sft.yaml",
             rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},
-            epsilon=0.75, episodes=400, sft_steps=40, rl_steps=30, eval_steps=10),
+            epsilon=0.1, episodes=1000, sft_steps=300, rl_steps=300, eval_steps=50),
     }
     specs["multi"] = EnvSpec(
         name="multi", tag="FrozenLake", sft_config=f"{CFG}/sokoban_sft.yaml",
@@ -366,11 +366,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{name} {algo}: greedy {g['greedy_start']:.1f} -> {g['greedy_end']:.1f}, "
                   f"sampled {g['sampled_start']:.1f} -> {g['sampled_end']:.1f} (gain {g['gain']:+.1f} pp)", flush=True)
     (out_root / "results.json").write_text(json.dumps(results, indent=1))
-    result_line = "RESULT " + " ".join(f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}"
-                                       for n in ("sokoban", "frozenlake") if n in results)
+    figures = [f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}" for n in ("sokoban", "frozenlake") if n in results]
     if "multi" in results:
-        result_line += " " + " ".join(f"multi_{t}_gain_pp={g['gain']:.1f}"
-                                      for t, g in results["multi"]["algos"]["grpo"]["per_tag"].items())
+        figures += [f"multi_{t}_gain_pp={g['gain']:.1f}" for t, g in results["multi"]["algos"]["grpo"]["per_tag"].items()]
+    result_line = "RESULT " + " ".join(figures)
     if docs is not None:
         write_section(docs / "benchmarks.md", section_text(results, commands, result_line, "docs/learning_curves",
                                                              shlex.join(["python", "bench/learning.py", *(argv if argv is not None else sys.argv[1:])])))
