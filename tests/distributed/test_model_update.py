@@ -367,3 +367,71 @@ def test_staged_fallback_when_flock_is_unavailable(setup):
         ray.get(trainer.__ray_call__.remote(_enable_flock))
     assert metrics["model_update/fast_path"] == 0.0 and setup.versions()[0] == version
     assert setup.parity_of(setup.colo) < 1e-5
+
+
+# ---- the one-call locked path with an FSDP2 trainer (2 ranks: rank 1 only drains the gathers) ---------
+class FSDPSetup:
+    def __init__(self, model_dir: str):
+        from roll.algorithms.losses import make_actor_loss_fn
+        from roll.distributed.cluster import Cluster
+        from roll.distributed.resource_pool import ResourcePool
+        from roll.workers.actor import ActorWorker
+        from roll.workers.inference import InferenceWorker
+
+        train_cfg = WorkerConfig(model_name_or_path=model_dir, device_mapping="0-1", call_timeout_s=CALL_TIMEOUT_S,
+                                 num_cpus_per_worker=0.01, strategy_args=StrategyArgs("torch_train", {"parallel": "fsdp2"}),
+                                 training_args=TrainingArgs(lr=1e-3, per_device_train_batch_size=2))
+        colo_cfg = WorkerConfig(model_name_or_path=model_dir, device_mapping=[0], call_timeout_s=CALL_TIMEOUT_S, max_concurrency=8)
+        self.pool = ResourcePool(ResourcesConfig(device="cpu"), {"actor_train": train_cfg, "actor_infer": colo_cfg})
+        self.train = Cluster("actor_train", ActorWorker, train_cfg, self.pool)
+        self.colo = Cluster("actor_infer", InferenceWorker, colo_cfg, self.pool)
+        self.loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="pg"))
+
+    train_step = Setup.train_step
+    parity_of = Setup.parity_of
+
+    def close(self) -> None:
+        for cl in (self.train, self.colo):
+            cl.shutdown()
+        self.pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def fsdp_setup(ray_cluster, tiny_model_dir):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    s = FSDPSetup(tiny_model_dir)
+    yield s
+    s.close()
+
+
+def test_fast_path_with_fsdp2_trainer_parity_and_busy_receiver(fsdp_setup):
+    """Parity after a one-call update from a 2-rank FSDP2 trainer; when the receiver's lock
+    times out, rank 0 still drains its gathers, so the trainer group is not left stuck and the
+    next update goes through."""
+    import ray
+
+    from roll.distributed.cluster import CallTimeoutError
+    from roll.distributed.model_update import ModelUpdateGroup
+
+    s = fsdp_setup
+    mu = ModelUpdateGroup(s.train, [s.colo], timeout_s=8.0)
+    assert mu.fast_path
+    s.train_step()
+    assert s.parity_of(s.colo) > 1e-3
+    assert mu.update()["model_update/fast_path"] == 1.0
+    assert s.parity_of(s.colo) < 1e-5 and s.colo.call("policy_version", mode="rank0") == 1
+    s.train_step()
+    worker = s.colo.workers[0]
+    ray.get(worker.__ray_call__.remote(_hold_shared_lock))
+    try:
+        with pytest.raises(CallTimeoutError, match="actor_infer rank 0"):
+            mu.update()
+    finally:
+        ray.get(worker.__ray_call__.remote(_release_shared_lock))
+    assert s.train.restarts == 0
+    s.train.call("compute_logprobs", batch(rows=2), mode="dp")  # both ranks answer: no one stuck in a gather
+    mu.update()
+    assert s.train.restarts == 0 and s.colo.call("policy_version", mode="rank0") == 2
+    assert s.parity_of(s.colo) < 1e-5
