@@ -93,13 +93,13 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         "sokoban": EnvSpec(
             name="sokoban", tag="SimpleSokoban", sft_config=f"{CFG}/sokoban_sft.yaml",
             rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},
-            epsilon=0.0, episodes=1000, sft_steps=300, rl_steps=200, eval_steps=50),
+            epsilon=0.0, episodes=1000, sft_steps=450, rl_steps=200, eval_steps=50),
     }
     specs["multi"] = EnvSpec(
         name="multi", tag="FrozenLake", sft_config=f"{CFG}/sokoban_sft.yaml",
         rl_configs={"grpo": f"{CFG}/multi_env_grpo.yaml"},
         epsilon=specs["frozenlake"].epsilon, episodes=specs["frozenlake"].episodes,
-        sft_steps=specs["frozenlake"].sft_steps + specs["sokoban"].sft_steps,
+        sft_steps=600,
         rl_steps=300, eval_steps=50,
         # FrozenLake as in its own chain; Sokoban with a little noise (the multi-env SFT is longer)
         demo_sets=[("FrozenLake", 0.5, 1000), ("SimpleSokoban", 0.1, 1000)],
