@@ -282,7 +282,7 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
                  invocation: str = "python bench/learning.py") -> str:
     lines = [SECTION, "",
              f"`{invocation}` (tiny model `roll-tiny://tiny`, 2-core CPU shared with other jobs).",
-             "Chain per env: noisy expert demonstrations -> SFT warm start -> RL with held-out validation",
+             "Chain per env: expert demonstrations (share of random actions: eps) -> SFT warm start -> RL with held-out validation",
              "(env seeds seed+100000 on; training seed+0 on; demonstrations 50,000,000+seed*1,000,003 on) at step 0",
              "(the SFT model) and every `eval_steps`, greedy (do_sample false) and sampled (temperature",
              "1.0, the training temperature). Configs: `configs/agentic/learning/`. Gain = end - start",
