@@ -80,17 +80,23 @@ class Setup:
     def versions(self) -> list[int]:
         return [cl.call("policy_version", mode="rank0") for cl in (self.colo, self.remote)]
 
+    CLUSTERS = ("train", "colo", "remote")
+
     def close(self) -> None:
-        for cl in (self.train, self.colo, self.remote):
-            cl.shutdown()
+        for name in self.CLUSTERS:
+            getattr(self, name).shutdown()
         self.pool.shutdown()
+
+
+def pickle_test_module_by_value() -> None:
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
 
 
 @pytest.fixture(scope="module")
 def setup(ray_cluster, tiny_model_dir):
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    pickle_test_module_by_value()
     s = Setup(tiny_model_dir)
     assert s.mu.paths == {(0, 0): "colocated", (1, 0): "broadcast"}
     yield s
@@ -389,18 +395,13 @@ class FSDPSetup:
 
     train_step = Setup.train_step
     parity_of = Setup.parity_of
-
-    def close(self) -> None:
-        for cl in (self.train, self.colo):
-            cl.shutdown()
-        self.pool.shutdown()
+    CLUSTERS = ("train", "colo")
+    close = Setup.close
 
 
 @pytest.fixture(scope="module")
 def fsdp_setup(ray_cluster, tiny_model_dir):
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    pickle_test_module_by_value()
     s = FSDPSetup(tiny_model_dir)
     yield s
     s.close()
