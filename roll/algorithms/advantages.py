@@ -291,15 +291,14 @@ def gae(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     else:
         succ = torch.tensor(_step_successors(inputs), dtype=torch.long, device=r.device)
         has_next = (succ >= 0) & m[succ.clamp(min=0)].any(-1)
-        first = m.long().argmax(-1)  # first model token of each row
         adv = torch.zeros_like(r)
         steps = torch.tensor([int(s) for s in inputs.step_ids], device=r.device)
         for s in sorted(set(steps.tolist()), reverse=True):  # later steps first: their advantages feed earlier ones
             rows = (steps == s).nonzero().squeeze(1)
             nxt = succ[rows].clamp(min=0)
             hn = has_next[rows]
-            boot_v = torch.where(hn, v[nxt, first[nxt]], zeros[rows])
-            boot_a = torch.where(hn, adv[nxt, first[nxt]], zeros[rows])
+            boot_v = torch.where(hn, _first_model_value(v[nxt], m[nxt], zeros[rows]), zeros[rows])
+            boot_a = torch.where(hn, _first_model_value(adv[nxt], m[nxt], zeros[rows]), zeros[rows])
             adv[rows] = _gae_rows(r[rows], v[rows], m[rows], turn[rows], cfg, boot_v, boot_a, hn)
         metrics["reward/gae_chained_steps"] = float(has_next.sum())
     returns = (adv + v) * m.to(r.dtype)
