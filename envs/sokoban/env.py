@@ -4,7 +4,12 @@ Observation: the room as rows of symbols (defaults ``#`` wall, ``_`` floor, ``O`
 ``X`` box, ``√`` box on target, ``P`` player, ``S`` player on target). Actions: ``Up``,
 ``Down``, ``Left``, ``Right`` inside ``<answer>...</answer>``. Rewards: ``step_penalty`` per
 move, +1 when a box reaches a target, -1 when one leaves, +10 when solved; unparseable text
-gets the format penalty and is a no-op step.
+gets the format penalty and is a no-op step. ``box_distance_reward`` (default 0: off) adds
+potential-based shaping for small models that rarely solve a room by chance: each push earns
+the coefficient times the decrease of the boxes' summed push distance to the targets
+(:meth:`Layout.box_distance`; a box pushed onto a dead cell loses the most). Being a
+difference of potentials, it sums to the same total over any two paths between the same
+states, so the solving plans stay the best ones.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ class SokobanEnv(TextEnv):
         box_on_target_reward: float = 1.0,
         box_off_target_penalty: float = -1.0,
         solved_reward: float = 10.0,
+        box_distance_reward: float = 0.0,
         max_actions_per_turn: int | None = None,
         format_penalty: float | None = None,
         parser: ParserConfig | Mapping[str, Any] | None = None,
@@ -71,6 +77,7 @@ class SokobanEnv(TextEnv):
             on=float(box_on_target_reward),
             off=float(box_off_target_penalty),
             solved=float(solved_reward),
+            distance=float(box_distance_reward),
         )
         self.observation_space = grid_text_space("".join(self.symbols.values()))
         self.layout: Layout | None = None
@@ -109,6 +116,9 @@ class SokobanEnv(TextEnv):
                 reward += r["off"]
             if boxes == tm:
                 reward += r["solved"]
+            if r["distance"]:
+                # potential-based shaping: summed push distance of the boxes to the targets
+                reward += r["distance"] * (layout.box_distance(self.boxes) - layout.box_distance(boxes))
         self.player, self.boxes = player, boxes
         return reward, True
 
@@ -141,7 +151,9 @@ class SokobanEnv(TextEnv):
             f"Actions: {', '.join(ACTIONS)}.\n"
             f"Rewards: {self.rewards['step']:+g} per move, {self.rewards['on']:+g} when a box reaches a target, "
             f"{self.rewards['off']:+g} when a box leaves one, {self.rewards['solved']:+g} when every box is on a target. "
-            f"You have {self.max_steps} moves.\n"
+            + (f"{self.rewards['distance']:+g} per push that brings a box closer to a target, the opposite per push away. "
+               if self.rewards["distance"] else "")
+            + f"You have {self.max_steps} moves.\n"
             f"Think briefly inside <think>...</think> if you like, then answer inside <answer>...</answer>. {many}"
         )
 

@@ -6,6 +6,7 @@ any floor cell stays inside the grid and no bounds checks are needed. Boxes are 
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -65,31 +66,49 @@ class Layout:
     """Cell offsets of Up, Down, Left, Right."""
     live: list[bool] = field(default_factory=list)
     """live[i]: a box on cell i can still reach some target (boxes elsewhere are dead)."""
+    push_distance: list[int] = field(default_factory=list)
+    """push_distance[i]: fewest pushes that bring a box on cell i to some target, other boxes
+    and the player's walk ignored; -1 on dead cells and walls."""
 
     def __post_init__(self) -> None:
         self.target_mask = 0
         for t in self.targets:
             self.target_mask |= 1 << t
         self.dirs = (-self.width, self.width, -1, 1)
-        self.live = self._live_cells()
+        self.push_distance = self._push_distances()
+        self.live = [d >= 0 for d in self.push_distance]
 
-    def _live_cells(self) -> list[bool]:
+    def _push_distances(self) -> list[int]:
         # A box can reach a target from cell c iff it can be pulled from that target to c while
         # ignoring other boxes: pulling from b to b-d needs the player at b-d and room at b-2d.
+        # Breadth-first from every target, so each cell gets its fewest pulls.
         n = self.width * self.height
-        live = [False] * n
-        stack = list(self.targets)
-        for t in stack:
-            live[t] = True
+        dist = [-1] * n
+        queue = deque(self.targets)
+        for t in queue:
+            dist[t] = 0
         floor = self.floor
-        while stack:
-            b = stack.pop()
+        while queue:
+            b = queue.popleft()
             for d in self.dirs:
                 c, p = b - d, b - 2 * d
-                if 0 <= p < n and floor[c] and floor[p] and not live[c]:
-                    live[c] = True
-                    stack.append(c)
-        return live
+                if 0 <= p < n and floor[c] and floor[p] and dist[c] < 0:
+                    dist[c] = dist[b] + 1
+                    queue.append(c)
+        return dist
+
+    def box_distance(self, boxes: int) -> int:
+        """Sum over boxes of :attr:`push_distance`; a box on a dead cell counts one more than
+        the farthest live cell (the room can no longer be solved)."""
+        dead = max(self.push_distance) + 1
+        total, i = 0, 0
+        while boxes:
+            if boxes & 1:
+                d = self.push_distance[i]
+                total += d if d >= 0 else dead
+            boxes >>= 1
+            i += 1
+        return total
 
     def move(self, player: int, boxes: int, d: int) -> tuple[int, int, bool] | None:
         """One forward move: (new player, new boxes, pushed) or None when blocked."""

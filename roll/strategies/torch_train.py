@@ -11,8 +11,12 @@ The worker initialises torch.distributed (``init_process_group`` helper below) b
 Contracts other parts rely on:
 
 - ``logprobs(batch) -> [B, T]``: position t holds ``log p(input_ids[t] | input_ids[<t])``,
-  position 0 is 0. ``position_ids`` are taken from the batch or derived from
-  ``attention_mask`` (cumsum - 1), so left and right padding both work.
+  position 0 is 0. When the batch has ``response_mask``, the LM head runs only from the
+  column before the first one any row has a response token in (HF ``logits_to_keep``): the
+  columns left of it are 0 (no loss or KL term reads them). Step-mode batches put every
+  response at the end of a prompt of similar length, so this skips most of the [B, T, V]
+  logits (about 2x faster training on the tiny model). ``position_ids`` are taken from the
+  batch or derived from ``attention_mask`` (cumsum - 1), so left and right padding both work.
 - ``values(batch) -> [B, T]`` (critic): value of the prefix ending at token t.
 - ``train_step(batch, loss_fn)``: ``batch`` is this rank's share of ONE mini-batch (one
   optimizer step). It is split into micro-batches of ``per_device_train_batch_size``; each
@@ -40,6 +44,7 @@ Contracts other parts rely on:
 from __future__ import annotations
 
 import datetime
+import inspect
 import math
 import os
 from collections.abc import Iterator
@@ -82,16 +87,44 @@ def forward_logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return model_forward(model, batch)[0]
 
 
+_KEEPS_LOGITS: dict[type, bool] = {}
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """Whether the causal LM under the DDP / DeepSpeed wrapper takes ``logits_to_keep``."""
+    inner = model
+    while hasattr(inner, "module") and isinstance(inner.module, torch.nn.Module):
+        inner = inner.module
+    cls = type(inner)
+    if cls not in _KEEPS_LOGITS:
+        _KEEPS_LOGITS[cls] = "logits_to_keep" in inspect.signature(inner.forward).parameters
+    return _KEEPS_LOGITS[cls]
+
+
+def logits_start(batch: Batch) -> int:
+    """First column whose logits a loss token needs (column t predicts token t+1): the one
+    before the first column holding a response token in any row; 0 without ``response_mask``
+    or when it is empty."""
+    if "response_mask" not in batch.tensors:
+        return 0
+    cols = batch["response_mask"].bool().any(0).nonzero()
+    return max(int(cols[0]) - 1, 0) if len(cols) else 0
+
+
 def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
     """One forward of a (wrapped) causal LM: ``(logprobs [B, T], extra)``; a critic returns
     ``(None, {"values": [B, T]})`` (the first logit is the value head); ``extra["entropy"]``
-    when asked. Shared by the torch and DeepSpeed strategies."""
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=position_ids_for(batch), use_cache=False)
+    when asked. The LM head runs from :func:`logits_start` on (earlier columns are 0). Shared
+    by the torch and DeepSpeed strategies."""
+    start = 0 if critic or not _accepts_logits_to_keep(model) else logits_start(batch)
+    ids = batch["input_ids"]
+    kwargs = {"logits_to_keep": ids.shape[1] - start} if start > 0 else {}
+    out = model(input_ids=ids, attention_mask=batch["attention_mask"],
+                position_ids=position_ids_for(batch), use_cache=False, **kwargs)
     if critic:
         return None, {"values": out.logits[..., 0].float()}
-    extra = {"entropy": token_entropy(out.logits)} if entropy else {}
-    return token_logprobs(out.logits, batch["input_ids"]), extra
+    extra = {"entropy": F.pad(token_entropy(out.logits), (start, 0))} if entropy else {}
+    return F.pad(token_logprobs(out.logits, ids[:, start:]), (start, 0)), extra
 
 
 def max_micro_batches(n_local: int, size: int, device: Any) -> int:

@@ -170,3 +170,35 @@ def test_layout_dead_cells():
     # Corners away from the target are dead: a box there can never be pushed out.
     assert not layout.live[2 * w + 1] and layout.live[1 * w + 4]
     assert isinstance(layout, Layout)
+
+
+def test_push_distance_and_box_distance_shaping():
+    layout, player, boxes = parse_level(LEVEL)
+    w = layout.width
+    # row 1 is a corridor ending in the target; row 2 is against the bottom wall (dead)
+    # (column 1 is dead too: pushing from it needs the player inside the wall)
+    assert [layout.push_distance[w + c] for c in range(1, 6)] == [-1, 3, 2, 1, 0]
+    assert all(layout.push_distance[2 * w + c] == -1 for c in range(1, 6))
+    assert layout.live == [d >= 0 for d in layout.push_distance]
+    assert layout.box_distance(boxes) == 2
+    assert layout.box_distance(1 << (2 * w + 3)) == 4  # a dead box: farthest live cell + 1
+
+    env = SokobanEnv(max_steps=20, box_distance_reward=0.5)
+    env.reset(seed=0, options={"level": LEVEL})
+    assert "+0.5 per push" in env.instruction()
+    _, r, *_ = env.step(answer("Right"))  # a walk: no shaping
+    assert r == pytest.approx(-0.1)
+    _, r, *_ = env.step(answer("Right"))  # a push one cell closer
+    assert r == pytest.approx(-0.1 + 0.5)
+    _, r, term, _, info = env.step(answer("Right"))  # onto the target
+    assert r == pytest.approx(-0.1 + 0.5 + 1 + 10) and term and info["success"]
+    # pushed away from the target onto a dead cell: the whole distance is lost at once
+    env.reset(seed=0, options={"level": "#######\n#__P__#\n#__X_O#\n#_____#\n#######"})
+    dead = max(env.layout.push_distance) + 1
+    _, r, *_ = env.step(answer("Down"))
+    assert r == pytest.approx(-0.1 + 0.5 * (2 - dead)) and dead > 2
+    env.reset(seed=0, options={"level": "#######\n#P√___#\n#_____#\n#######"})
+    _, r, *_ = env.step(answer("Right"))  # box off the target into a corridor cell 1 away
+    assert r == pytest.approx(-0.1 - 1 - 0.5)
+    # shaping off by default
+    assert SokobanEnv(max_steps=20).rewards["distance"] == 0.0

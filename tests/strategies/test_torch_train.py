@@ -59,7 +59,43 @@ def test_logprobs_alignment(tiny_model_dir):
         row = b["input_ids"][1:2, 4:]  # the left-padded row, unpadded
         logits = model(input_ids=row).logits[0]
         manual = logits[:-1].log_softmax(-1).gather(-1, row[0, 1:, None]).squeeze(-1)
-    assert torch.allclose(lp[1, 5:], manual, atol=1e-5)
+    # response tokens start at column 6: the LM head runs from column 5, so column 6 on is scored
+    assert torch.allclose(lp[1, 6:], manual[1:], atol=1e-5)
+    assert torch.all(lp[:, :6] == 0)
+
+
+def test_lm_head_runs_only_where_loss_tokens_need_it(tiny_model_dir):
+    """Responses starting at different columns per row (step mode: prompts of different
+    lengths): logprobs and entropy on every response token equal the full-logits ones, and
+    the LM head sees only the columns from the one before the first response token."""
+    from roll.strategies.torch_train import model_forward, token_entropy, token_logprobs
+
+    s = make(tiny_model_dir)
+    b = batch(rows=4, width=14, seed=3)
+    resp = torch.zeros(4, 14, dtype=torch.long)
+    for row, (a, e) in enumerate([(9, 14), (7, 12), (10, 13), (8, 14)]):
+        resp[row, a:e] = 1
+    b.tensors["response_mask"] = resp
+    b.tensors["attention_mask"] = torch.ones(4, 14, dtype=torch.long)
+    widths = []
+    hook = s.hf_model.lm_head.register_forward_hook(lambda m, i, o: widths.append(o.shape[1]))
+    try:
+        with torch.no_grad():
+            lp, extra = model_forward(s.model, b, entropy=True)
+    finally:
+        hook.remove()
+    assert widths == [14 - 6]
+    with torch.no_grad():
+        logits = s.hf_model(input_ids=b["input_ids"]).logits
+    mask = resp.bool()
+    assert torch.allclose(lp[mask], token_logprobs(logits, b["input_ids"])[mask], atol=1e-5)
+    assert torch.allclose(extra["entropy"][mask], token_entropy(logits)[mask], atol=1e-5)
+    assert torch.all(lp[:, :7] == 0) and torch.all(lp[:, 7:] != 0)
+    # no response_mask: every column is scored
+    del b.tensors["response_mask"]
+    with torch.no_grad():
+        full, _ = model_forward(s.model, b)
+    assert torch.allclose(full, token_logprobs(logits, b["input_ids"]), atol=1e-5)
 
 
 def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir):
