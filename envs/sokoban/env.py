@@ -9,7 +9,9 @@ potential-based shaping for small models that rarely solve a room by chance: eac
 the coefficient times the decrease of the boxes' summed push distance to the targets
 (:meth:`Layout.box_distance`; a box pushed onto a dead cell loses the most). Being a
 difference of potentials, it sums to the same total over any two paths between the same
-states, so the solving plans stay the best ones.
+states, so the solving plans stay the best ones. ``blocked_move_penalty`` (default 0) is
+added to a move that changes nothing (into a wall, or a box that cannot move): a policy that
+bumps repeats the same state, which under greedy decoding wastes the rest of the episode.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class SokobanEnv(TextEnv):
         box_off_target_penalty: float = -1.0,
         solved_reward: float = 10.0,
         box_distance_reward: float = 0.0,
+        blocked_move_penalty: float = 0.0,
         max_actions_per_turn: int | None = None,
         format_penalty: float | None = None,
         parser: ParserConfig | Mapping[str, Any] | None = None,
@@ -78,6 +81,7 @@ class SokobanEnv(TextEnv):
             off=float(box_off_target_penalty),
             solved=float(solved_reward),
             distance=float(box_distance_reward),
+            blocked=float(blocked_move_penalty),
         )
         self.observation_space = grid_text_space("".join(self.symbols.values()))
         self.layout: Layout | None = None
@@ -104,7 +108,7 @@ class SokobanEnv(TextEnv):
         r = self.rewards
         moved = layout.move(self.player, self.boxes, layout.dirs[_ACTION_INDEX[action]])
         if moved is None:
-            return r["step"], False
+            return r["step"] + r["blocked"], False
         player, boxes, pushed = moved
         reward = r["step"]
         if pushed:
@@ -153,6 +157,8 @@ class SokobanEnv(TextEnv):
             f"{self.rewards['off']:+g} when a box leaves one, {self.rewards['solved']:+g} when every box is on a target. "
             + (f"{self.rewards['distance']:+g} per push that brings a box closer to a target, the opposite per push away. "
                if self.rewards["distance"] else "")
+            + (f"{self.rewards['blocked']:+g} more for a move into a wall or an immovable box. "
+               if self.rewards["blocked"] else "")
             + f"You have {self.max_steps} moves.\n"
             f"Think briefly inside <think>...</think> if you like, then answer inside <answer>...</answer>. {many}"
         )

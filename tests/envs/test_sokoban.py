@@ -200,5 +200,15 @@ def test_push_distance_and_box_distance_shaping():
     env.reset(seed=0, options={"level": "#######\n#P√___#\n#_____#\n#######"})
     _, r, *_ = env.step(answer("Right"))  # box off the target into a corridor cell 1 away
     assert r == pytest.approx(-0.1 - 1 - 0.5)
-    # shaping off by default
-    assert SokobanEnv(max_steps=20).rewards["distance"] == 0.0
+    # shaping and the blocked-move penalty are off by default
+    assert SokobanEnv(max_steps=20).rewards["distance"] == 0.0 == SokobanEnv(max_steps=20).rewards["blocked"]
+
+
+def test_blocked_move_penalty():
+    env = SokobanEnv(max_steps=20, blocked_move_penalty=-1.0)
+    env.reset(seed=0, options={"level": LEVEL})
+    assert "-1 more for a move into a wall" in env.instruction()
+    obs, r, _, _, info = env.step(answer("Up"))  # into the wall: nothing changes
+    assert obs == LEVEL and r == pytest.approx(-1.1) and not info["action_is_effective"]
+    _, r, _, _, info = env.step(answer("Right"))
+    assert r == pytest.approx(-0.1) and info["action_is_effective"]
