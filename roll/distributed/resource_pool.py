@@ -33,6 +33,8 @@ from roll.utils.logging import get_logger
 logger = get_logger(__name__)
 
 INFERENCE_STRATEGIES = {"hf_infer", "vllm", "sglang"}
+#: roles whose workers run a training strategy (the reference scores with one, no optimizer step)
+TRAINING_ROLES = {"actor_train", "critic", "reference"}
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -192,6 +194,9 @@ def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles:
 
     for name, wc in roles.items():
         strategy = wc.strategy_args.strategy_name
+        if name in TRAINING_ROLES and strategy in INFERENCE_STRATEGIES:
+            errors.append(f"{name}.strategy_args.strategy_name: {strategy!r} is an inference engine; {name} scores "
+                          f"or trains with a training strategy (torch_train, deepspeed or megatron)")
         tp, pp = _tp(wc.strategy_args.strategy_config)
         ranks = mappings.get(name)
         if ranks is None:

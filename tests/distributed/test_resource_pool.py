@@ -89,6 +89,8 @@ BROKEN = {
     "duplicate ranks": ("actor_train: {device_mapping: [0, 1, 1, 2]}\n", "ranks listed twice: 1"),
     "world_size disagrees": ("actor_train: {device_mapping: '0-3', world_size: 2}\n", "world_size: 2 disagrees"),
     "gpu required": ("resources: {device: gpu}\n", "resources.device: gpu, but"),
+    "reference on an inference engine": ("reference: {world_size: 1, strategy_args: {strategy_name: hf_infer}}\n",
+                                         "reference.strategy_args.strategy_name: 'hf_infer' is an inference engine"),
 }
 
 
