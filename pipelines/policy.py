@@ -73,8 +73,8 @@ def batch_advantages(batch: Batch, alg: Any, kl_ctl: Any) -> dict[str, float]:
     KL-in-reward coefficient and is updated with the batch's KL to the reference."""
     kl = None
     if "ref_logprobs" in batch:
-        kl = kl_for_reward(batch["old_logprobs"], batch["ref_logprobs"], batch["response_mask"],
-                           alg.kl_estimator if alg.use_kl_in_reward else None)
+        # also without use_kl_in_reward: the KL to the reference is reported (actor/ref_kl)
+        kl = kl_for_reward(batch["old_logprobs"], batch["ref_logprobs"], batch["response_mask"], alg.kl_estimator)
     nt = batch.non_tensors
     inputs = AdvantageInputs(
         token_rewards=batch["token_rewards"], response_mask=batch["response_mask"],

@@ -57,6 +57,18 @@ def test_grpo_advantages_on_the_batch():
     assert b["response_mask"][3].sum() == 0 and metrics["reward/masked_overlong"] == 1  # response filter
 
 
+def test_reference_kl_without_kl_in_reward():
+    """A reference for the KL loss only (use_kl_in_reward false): the rewards are untouched
+    and the KL to the reference is reported."""
+    p = _pipeline(**{"algorithm.use_kl_loss": "true", "algorithm.kl_loss_coef": "0.1"})
+    b = p.build_batch([_resp("math", 0, 1.0), _resp("math", 0, 0.0)])
+    b["old_logprobs"] = b["infer_logprobs"]
+    b["ref_logprobs"] = b["infer_logprobs"] - 0.2 * b["response_mask"]
+    metrics = batch_advantages(b, p.cfg.algorithm, p.kl_ctl)
+    assert metrics["actor/ref_kl"] > 0 and "reward/kl_coef" not in metrics
+    assert (b["advantages"][0][b["response_mask"][0].bool()] > 0).all()
+
+
 def test_query_filter():
     p = _pipeline(**{"rewards.math.drop_uniform_groups": "true"})
     assert p.query_filter([_resp("math", 0, 1.0), _resp("math", 0, 1.0)]) == "filtered"
