@@ -104,10 +104,11 @@ def write_docs(rows: list[dict], args: argparse.Namespace, wall: float) -> None:
     for r in rows:
         lines.append(f"| {r['size']} | {r['rows']} x {r['width']} | {r['head_cols']} | {r['full_s']:.3f} | "
                      f"{r['keep_s']:.3f} | {r['speedup']:.2f}x | {r['logprob_diff']:.1e} |")
-    lines += ["", "The tiny models' vocabulary (3072) is large next to their width (128, 384), so the [B, T, V] "
-              "logits, their float copy, log-softmax and its backward are a large share of a step when taken "
-              "over every column; step-mode prompts are about 10 times their responses. Trajectory-mode rows "
-              "(a whole conversation, responses from the first turn on) keep most columns and gain little.", ""]
+    lines += ["", "The gain is the share of a step that the [B, T, V] logits, their float copy, log-softmax and "
+              "its backward take over the prompt columns: large where the vocabulary (3072) is large next to the "
+              "width (128 for tiny), small where the transformer body dominates (small: width 384, 6 layers). "
+              "Step-mode prompts are about 10 times their responses; trajectory-mode rows (a whole conversation, "
+              "responses from the first turn on) keep most columns and gain little.", ""]
     write_section(DOCS, "\n".join(lines))
 
 
