@@ -355,10 +355,14 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
 
 
 def write_section(doc: Path, text: str) -> None:
-    """Replace this bench's section of docs/benchmarks.md (or append it); others untouched."""
+    """Replace the section of docs/benchmarks.md that ``text`` is (its first line is the
+    ``## `` header), or append it; other sections untouched. Shared by the benches."""
+    header = text.splitlines()[0].rstrip()
+    if not header.startswith("## "):
+        raise ValueError(f"a section starts with its '## ' header, got {header!r}")
     old = doc.read_text() if doc.exists() else "# Benchmarks\n"
     lines = old.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip() == SECTION), None)
+    start = next((i for i, l in enumerate(lines) if l.rstrip() == header), None)
     if start is None:
         new = old.rstrip("\n") + "\n\n" + text
     else:

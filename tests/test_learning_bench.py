@@ -91,6 +91,12 @@ def test_write_section_replaces_only_its_own(bench, tmp_path):
     fresh = tmp_path / "none.md"
     bench.write_section(fresh, "## Learning\n\nx\n")
     assert fresh.read_text().startswith("# Benchmarks") and "## Learning" in fresh.read_text()
+    # another bench's section (bench/train_step.py uses this writer) replaces its own only
+    bench.write_section(doc, "## B\n\nnew b\n")
+    text = doc.read_text()
+    assert "new numbers" in text and "new b" in text and "b text" not in text
+    with pytest.raises(ValueError):
+        bench.write_section(doc, "no header\n")
 
 
 def test_section_text_has_table_commands_and_result(bench):
