@@ -67,7 +67,9 @@ Sokoban RL, what was tried (seed 42, same SFT start; validation greedy / sampled
 2-3 others on the machine): with the default format penalty (-0.1, the price of a move), invalid
 answers rose from 0% to 37% within 5 steps in one run and to 92% by step 50 in another (with
 box-distance shaping 0.5, which made a push riskier than text): a batch of only invalid answers
-carries no signal and does not recover. Format penalty -1 keeps them at 0-5% at lr 2e-4. At lr
+carries no signal and does not recover (the multi-env run with the default penalty drifted the
+same way around step 100, 75% invalid on Sokoban, and ended failing every validation env:
+FrozenLake 16 / 14 -> 8 / 8). Format penalty -1 keeps them at 0-5% at lr 2e-4. At lr
 6e-4 the format broke anyway around step 40 (invalid 0% -> 100% in 3 steps): the probability of
 `<answer>` as the first token fell from 0.999 to 0.86 in 40 steps, the mass going to tokens that
 never occur in the data (` treats`, `kq`) - Adam turns the tiny, consistent gradients that negative
