@@ -69,7 +69,13 @@ answers rose from 0% to 37% within 5 steps in one run and to 92% by step 50 in a
 box-distance shaping 0.5, which made a push riskier than text): a batch of only invalid answers
 carries no signal and does not recover (the multi-env run with the default penalty drifted the
 same way around step 100, 75% invalid on Sokoban, and ended failing every validation env:
-FrozenLake 16 / 14 -> 8 / 8). Format penalty -1 keeps them at 0-5% at lr 2e-4. At lr
+FrozenLake 16 / 14 -> 8 / 8). Format penalty -1 keeps them at 0-5% at lr 2e-4. It does not
+prevent the other failure seen in the runs below: Sokoban PPO went well to step 70 (24 / 33 at 50),
+then one step moved the policy by a KL of 0.54 (ppo_kl; about 0.001 on other steps), answers became
+88% invalid and then valid but ineffective (9% of moves change the room); the multi-env run reached
+25 / 36 on FrozenLake at step 50 and from step 150 answered deterministically (greedy = sampled) at
+the start level. A trust region per step (KL early stop or a lower lr after such a step) is the
+next thing to try. At lr
 6e-4 the format broke anyway around step 40 (invalid 0% -> 100% in 3 steps): the probability of
 `<answer>` as the first token fell from 0.999 to 0.86 in 40 steps, the mass going to tokens that
 never occur in the data (` treats`, `kq`) - Adam turns the tiny, consistent gradients that negative
@@ -89,7 +95,8 @@ policy without history that bumps into a wall sees the same room and repeats the
 the moves change nothing); GiGPO finds few identical rooms within a group once episodes diverge
 (about 50 anchor groups among 440 steps per batch), so the credit is mostly episode-level. The
 steps are cheaper than before (the LM head runs only on response columns: 1.5x per train step, see
-Train step), so 300 steps fit in 30 minutes where 200 did. The 64-room validation set was too small
+Train step), so 300 steps fit in 30 minutes where 200 did (the run below: median 8.2 s per step
+beside three other runs, 4.4 s beside the test suite; 1861 s in all). The 64-room validation set was too small
 to see this: a standalone evaluation of one SFT model scored 27% sampled on the first 64 training
 seeds and 14% on the 64 validation seeds. A start from a plain-PyTorch SFT loop (49% agreement; 9%
 greedy, 27% sampled) went to 41% / 39% after 50 RL steps and 31% / 33% after 100 (64 rooms).
