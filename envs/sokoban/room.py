@@ -69,6 +69,8 @@ class Layout:
     push_distance: list[int] = field(default_factory=list)
     """push_distance[i]: fewest pushes that bring a box on cell i to some target, other boxes
     and the player's walk ignored; -1 on dead cells and walls."""
+    dead_distance: int = 0
+    """What :meth:`box_distance` counts for a box on a dead cell: the farthest live cell + 1."""
 
     def __post_init__(self) -> None:
         self.target_mask = 0
@@ -77,6 +79,7 @@ class Layout:
         self.dirs = (-self.width, self.width, -1, 1)
         self.push_distance = self._push_distances()
         self.live = [d >= 0 for d in self.push_distance]
+        self.dead_distance = max(self.push_distance) + 1
 
     def _push_distances(self) -> list[int]:
         # A box can reach a target from cell c iff it can be pulled from that target to c while
@@ -98,9 +101,9 @@ class Layout:
         return dist
 
     def box_distance(self, boxes: int) -> int:
-        """Sum over boxes of :attr:`push_distance`; a box on a dead cell counts one more than
-        the farthest live cell (the room can no longer be solved)."""
-        dead = max(self.push_distance) + 1
+        """Sum over boxes of :attr:`push_distance`; a box on a dead cell counts
+        :attr:`dead_distance` (the room can no longer be solved)."""
+        dead = self.dead_distance
         total, i = 0, 0
         while boxes:
             if boxes & 1:
