@@ -111,6 +111,8 @@ def test_killed_inference_worker_reported_and_restarted(runtime, ray_cluster):
     req = GenerationRequest("long", [5, 6, 7], max_new_tokens=4000, seed=0, meta={"ignore_eos": True})
     fut = runtime.remote.call_async("generate", req, mode="rank0")
     time.sleep(1.0)
+    done, _ = ray_cluster.wait(fut.refs, timeout=0)
+    assert not done, "generation finished before the kill"
     ray_cluster.kill(runtime.remote.workers[0], no_restart=False)
     t0 = time.monotonic()
     with pytest.raises(WorkerDiedError, match="actor_infer_remote rank 0"):
@@ -128,9 +130,12 @@ def test_killed_inference_worker_reported_and_restarted(runtime, ray_cluster):
 def test_killed_trainer_rank_reported_and_group_restarted(runtime, ray_cluster):
     from roll.distributed.cluster import WorkerDiedError
 
-    big = make_batch(runtime.vocab, rows=64, width=128, seed=2)
+    # large enough to take seconds per rank (128 micro-batches each), so the kill lands mid-step
+    big = make_batch(runtime.vocab, rows=512, width=256, seed=2)
     fut = runtime.train.call_async("train_step", big, runtime.loss_fn, mode="dp")
     time.sleep(0.5)
+    done, _ = ray_cluster.wait(fut.refs, num_returns=len(fut.refs), timeout=0)
+    assert not done, "the train step finished before the kill: the test batch is too small"
     ray_cluster.kill(runtime.train.workers[1], no_restart=False)
     t0 = time.monotonic()
     with pytest.raises(WorkerDiedError, match="actor_train rank 1"):
