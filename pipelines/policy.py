@@ -175,13 +175,14 @@ class PolicyTrainer:
 
     def train_actor(self, batch: Batch) -> dict[str, float]:
         with self.timer("actor_train"):
-            return self._train(self.actor_train, self.cfg.actor_train, batch, self.actor_loss_fn)
+            return self._train(self.actor_train, self.cfg.actor_train, batch, self.actor_loss_fn,
+                               early_stop_kl=self.cfg.algorithm.early_stop_kl)
 
-    def _train(self, cluster: Any, role: Any, batch: Batch, loss_fn: Any) -> dict[str, float]:
+    def _train(self, cluster: Any, role: Any, batch: Batch, loss_fn: Any, **kwargs: Any) -> dict[str, float]:
         # Step-mode and short batches need not divide evenly: pad with loss-masked copies so
         # every data-parallel rank gets the same number of micro-batches.
         padded, _ = batch.pad_rows_to_multiple(cluster.world_size * role.training_args.per_device_train_batch_size)
-        return mean_metrics(cluster.call("train", padded, loss_fn, self.cfg.algorithm.ppo_epochs, mode="dp"))
+        return mean_metrics(cluster.call("train", padded, loss_fn, self.cfg.algorithm.ppo_epochs, mode="dp", **kwargs))
 
     # ---- checkpoint ----------------------------------------------------------------------------
     def save(self, ckpt_dir: Path) -> dict[str, Any]:

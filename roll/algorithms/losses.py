@@ -184,6 +184,9 @@ def _tensor(mb: Batch, key: str, like: torch.Tensor, why: str = "") -> torch.Ten
 
 
 def _check_config(cfg: Any) -> None:
+    stop = getattr(cfg, "early_stop_kl", None)
+    if stop is not None and not stop > 0:
+        raise ValueError(f"algorithm.early_stop_kl must be > 0 (or null to disable), got {stop}")
     if cfg.loss_agg_mode not in AGG_MODES:
         raise ValueError(f"unknown loss_agg_mode {cfg.loss_agg_mode!r}; choose one of {', '.join(AGG_MODES)}")
     if cfg.loss_agg_mode == "seq-mean-token-sum-norm" and not cfg.loss_agg_norm_constant:

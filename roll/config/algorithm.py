@@ -75,6 +75,11 @@ class AlgorithmConfig:
     """Weight of the value loss."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
+    early_stop_kl: Optional[float] = None
+    """Trust region per rollout batch: once the mean ``actor/ppo_kl`` of a mini-batch (KL of the
+    policy being trained from the rollout policy, measured before that mini-batch's update and
+    averaged over all ranks) exceeds this, that mini-batch is the last one trained on the batch
+    (remaining mini-batches and epochs are skipped; ``actor/early_stopped`` counts it); null disables."""
     recompute_old_logprobs: bool = True
     """Recompute old logprobs with the trainer; false uses the inference logprobs."""
     tis_cap: Optional[float] = None

@@ -8,7 +8,7 @@ plus ``setup()``, see roll/strategies/torch_train.py). Call it through a Cluster
 - ``train_step(batch, loss_fn)`` (``dp``): one optimizer step on this rank's share of a
   mini-batch; ``train(batch, loss_fn, epochs)`` (``dp``): every mini-batch of
   ``per_device_train_batch_size x gradient_accumulation_steps`` rows of this rank's share, for
-  ``epochs`` passes. Metrics: the strategy's ``loss``, ``grad_norm``, ``lr``, ``skipped_steps``
+  ``epochs`` passes, stopping early past ``early_stop_kl``. Metrics: the strategy's ``loss``, ``grad_norm``, ``lr``, ``skipped_steps``
   under ``actor/``; the loss_fn's own (already namespaced) metrics as they are;
 - ``save(dir)`` / ``load(dir)`` (``all``), ``offload`` / ``reload``;
 - ``weight_sync_*``: the trainer side of roll/distributed/model_update.py.
@@ -54,20 +54,52 @@ class ActorWorker(Worker):
     def train_step(self, batch: Batch, loss_fn: Any) -> dict[str, float]:
         return self._namespaced(self.strategy.train_step(batch, loss_fn))
 
-    def train(self, batch: Batch, loss_fn: Any, epochs: int = 1) -> dict[str, float]:
-        """All optimizer steps of one rollout batch; metrics averaged over steps."""
+    def train(self, batch: Batch, loss_fn: Any, epochs: int = 1, early_stop_kl: float | None = None) -> dict[str, float]:
+        """All optimizer steps of one rollout batch; metrics averaged over steps. With
+        ``early_stop_kl``, training on the batch ends after the first mini-batch whose
+        ``ppo_kl`` (averaged over ranks, so every rank stops at the same step) exceeds it."""
         ta = self.worker_config.training_args
         mini = ta.per_device_train_batch_size * ta.gradient_accumulation_steps
         sums: dict[str, float] = {}
         steps = 0
+        stopped_kl = None
         for _ in range(epochs):
             for part in batch.split(mini):
-                for k, v in self.train_step(part, loss_fn).items():
+                metrics = self.train_step(part, loss_fn)
+                for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
+                if early_stop_kl is not None:
+                    kl = self._mean_over_ranks(metrics.get(f"{self.metric_prefix}/ppo_kl"))
+                    if kl > early_stop_kl:
+                        stopped_kl = kl
+                        break
+            if stopped_kl is not None:
+                break
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         out[f"{self.metric_prefix}/optimizer_steps"] = float(steps)
+        if early_stop_kl is not None:
+            out[f"{self.metric_prefix}/early_stopped"] = float(stopped_kl is not None)
+            if stopped_kl is not None:
+                out[f"{self.metric_prefix}/early_stop_ppo_kl"] = stopped_kl
         return out
+
+    def _mean_over_ranks(self, value: float | None) -> float:
+        """Mean of ``value`` over the ranks that have one (a Megatron rank off the last pipeline
+        stage has no loss metrics); collective, so every rank takes the same decision."""
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            if value is None:
+                raise KeyError(f"early_stop_kl needs the loss_fn metric {self.metric_prefix}/ppo_kl")
+            return float(value)
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        t = torch.tensor([0.0 if value is None else float(value), float(value is not None)], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        if t[1] == 0:
+            raise KeyError(f"early_stop_kl needs the loss_fn metric {self.metric_prefix}/ppo_kl")
+        return float(t[0] / t[1])
 
     def save(self, path: str) -> None:
         self.strategy.save(path)

@@ -154,3 +154,31 @@ def test_config_errors(tiny_model_dir):
     cfg = WorkerConfig(model_name_or_path=tiny_model_dir, training_args=TrainingArgs(lr_scheduler_type="cosine"))
     with pytest.raises(ValueError, match="num_training_steps"):
         TorchTrainStrategy(cfg).setup()
+
+
+def test_actor_train_stops_past_early_stop_kl(tiny_model_dir):
+    """ActorWorker.train: mini-batches of 2 rows, 3 epochs over 8 rows = 12 optimizer steps unless
+    the KL to the rollout policy (old_logprobs = the start model's) passes early_stop_kl."""
+    from roll.workers.actor import ActorWorker
+
+    def run(early_stop_kl):
+        torch.manual_seed(0)
+        cfg = WorkerConfig(model_name_or_path=tiny_model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}),
+                           training_args=TrainingArgs(lr=1e-2, per_device_train_batch_size=2))
+        worker = ActorWorker("actor_train", 0, 1, cfg)
+        worker.strategy = make(tiny_model_dir, lr=1e-2, per_device_train_batch_size=2)
+        b = batch(rows=8, seed=3)
+        b["advantages"] = torch.ones_like(b["advantages"])
+        b["old_logprobs"] = worker.strategy.logprobs(b)
+        return worker.train(b, ACTOR_LOSS, epochs=3, early_stop_kl=early_stop_kl)
+
+    free = run(None)
+    assert free["actor/optimizer_steps"] == 12 and "actor/early_stopped" not in free
+    loose = run(1e9)
+    assert loose["actor/optimizer_steps"] == 12 and loose["actor/early_stopped"] == 0.0
+    tight = run(0.05)
+    # the first mini-batch is on-policy (KL 0), so at least 2 steps run before the stop
+    assert 2 <= tight["actor/optimizer_steps"] < 12 and tight["actor/early_stopped"] == 1.0
+    assert tight["actor/early_stop_ppo_kl"] > 0.05
+    with pytest.raises(ValueError, match="early_stop_kl must be > 0"):
+        make_actor_loss_fn(AlgorithmConfig(policy_loss="pg", early_stop_kl=0.0))
