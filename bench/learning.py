@@ -17,16 +17,20 @@ numbers, commands and seeds to the ``## Learning`` section of docs/benchmarks.md
 
     python bench/learning.py            # full run (about an hour on a 2-core CPU)
     python bench/learning.py --quick    # the same chain, tiny (Ray start-up bound: ~3 min)
+    python bench/learning.py --jobs 2   # the envs' chains and an env's RL runs side by side
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -168,6 +172,10 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
 
 
 # ------------------------------------------------------------------------------ running
+_SLOTS: Optional[threading.BoundedSemaphore] = None
+"""With ``--jobs N``: at most N stage subprocesses at once (see main)."""
+
+
 def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False) -> float:
     """Run one stage as a subprocess (output to ``log``); its wall time in seconds.
 
@@ -186,10 +194,11 @@ def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False)
     print(f"$ {shlex.join(cmd)}", flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     log.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - t0
+    with _SLOTS or contextlib.nullcontext():
+        t0 = time.perf_counter()
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        wall = time.perf_counter() - t0
     if rc != 0:
         tail = log.read_text(errors="replace").splitlines()[-30:]
         raise RuntimeError(f"stage failed (exit {rc}, log {log}):\n" + "\n".join(tail))
@@ -293,15 +302,24 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
     result["wall_s"]["sft"] = run_cmd(
         roll_cmd("run", spec.sft_config, f"output_dir={sft_dir}", f"data.train_files=[{train_files}]",
                  f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false"), base / "sft.log", commands, reuse)
-    runs = {}
-    for algo in algos:
+    algo_cmds: dict[str, list[str]] = {algo: [] for algo in algos}
+
+    def run_algo(algo: str) -> float:
         rl_dir = base / algo
         cmd = roll_cmd("run", spec.rl_configs[algo], f"pretrain={sft_dir / 'final_model'}", f"output_dir={rl_dir}",
                        f"max_steps={ppo_steps if algo == 'ppo' and ppo_steps else spec.rl_steps}",
                        f"eval_steps={spec.eval_steps}", f"seed={seed}",
                        "show_progress=false", *spec.overrides, *spec.algo_overrides.get(algo, []))
-        result["wall_s"][algo] = run_cmd(cmd, base / f"{algo}.log", commands, reuse)
-        rows = read_metrics(rl_dir / "logs" / "metrics.jsonl")
+        return run_cmd(cmd, base / f"{algo}.log", algo_cmds[algo], reuse)
+
+    # the RL runs of one env are independent: with --jobs > 1 they run side by side
+    with ThreadPoolExecutor(max_workers=len(algos) if _SLOTS else 1) as pool:
+        walls = dict(zip(algos, pool.map(run_algo, algos)))
+    runs = {}
+    for algo in algos:
+        commands.extend(algo_cmds[algo])
+        result["wall_s"][algo] = walls[algo]
+        rows = read_metrics(base / algo / "logs" / "metrics.jsonl")
         c = curves(rows, spec.tag)
         runs[algo] = c
         result["algos"][algo] = {**gains(c), "curves": c}
@@ -390,6 +408,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--ppo-steps", type=int, default=None,
                    help="RL steps of the PPO run (default: the GRPO run's); a multiple of eval_steps")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run up to this many stages at once (the envs' chains and an env's RL runs side by side); "
+                        "wall times then include the sharing of the CPU")
     p.add_argument("--reuse", action="store_true",
                    help="skip stages already completed with the same command (see run_cmd)")
     p.add_argument("--out", default="output/learning/bench", help="run directory (demos, SFT and RL outputs)")
@@ -404,12 +425,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
     docs = Path(args.docs) if args.docs else (None if args.quick else ROOT / "docs")
     ppo_envs = set() if args.ppo is None else set(args.ppo or args.envs)
-    commands: list[str] = []
+    global _SLOTS
+    _SLOTS = threading.BoundedSemaphore(args.jobs) if args.jobs > 1 else None
+    env_cmds: dict[str, list[str]] = {name: [] for name in args.envs}
+
+    def chain(name: str) -> dict[str, Any]:
+        algos = ["grpo", "ppo"] if name in ppo_envs else ["grpo"]
+        return run_env(specs[name], algos, out_root, args.seed, env_cmds[name], args.reuse, args.ppo_steps)
+
+    # each env's chain is sequential (demos -> SFT -> RL); with --jobs > 1 the chains run side by side
+    with ThreadPoolExecutor(max_workers=len(args.envs) if _SLOTS else 1) as pool:
+        done = dict(zip(args.envs, pool.map(chain, args.envs)))
+    commands = [c for name in args.envs for c in env_cmds[name]]
     results = {}
     for name in args.envs:
-        algos = ["grpo", "ppo"] if name in ppo_envs else ["grpo"]
-        r = run_env(specs[name], algos, out_root, args.seed, commands, args.reuse, args.ppo_steps)
-        results[name] = r
+        r = results[name] = done[name]
         curve_dir = docs / "learning_curves" if docs else out_root / "curves"
         runs = r.pop("runs")
         per_tag = r["algos"]["grpo"].get("per_tag")

@@ -121,3 +121,27 @@ def test_section_text_multi_env_table(bench):
     # the generalisation table has one row per validation env, and no row in the main table
     assert "| LargerSokoban | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 |" in text and "| multi | grpo |" not in text
     assert "RL wall 900 s" in text and "- multi grpo LargerSokoban: 0: 10 / 25, 4: 60 / 55" in text
+
+
+def test_run_cmd_jobs_limit_and_reuse(bench, tmp_path, monkeypatch):
+    """--jobs N: at most N stage subprocesses at once; a reused stage does not run again."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    trace = tmp_path / "trace.txt"
+    script = (f"import time; f = open({str(trace)!r}, 'a'); f.write('+'); f.flush(); "
+              "time.sleep(0.4); f.write('-'); f.close()")
+    monkeypatch.setattr(bench, "_SLOTS", threading.BoundedSemaphore(2))
+    cmds = [[sys.executable, "-c", script, f"stage{i}"] for i in range(5)]
+    with ThreadPoolExecutor(5) as pool:
+        walls = list(pool.map(lambda i: bench.run_cmd(cmds[i], tmp_path / f"s{i}.log", [], reuse=True), range(5)))
+    depth, peak = 0, 0
+    for ch in trace.read_text():
+        depth += 1 if ch == "+" else -1
+        peak = max(peak, depth)
+    assert len(trace.read_text()) == 10 and peak == 2
+    assert all(w >= 0.4 for w in walls)
+    # every stage left its marker: the same command is reused, not run
+    again = bench.run_cmd(cmds[0], tmp_path / "s0.log", [], reuse=True)
+    assert again == walls[0] and len(trace.read_text()) == 10
+    assert bench.parse_args(["--jobs", "3"]).jobs == 3 and bench.parse_args([]).jobs == 1
