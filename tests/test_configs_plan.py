@@ -24,3 +24,14 @@ def test_config_plans_without_problems(path):
     cfg = load_config(path)
     plan = make_plan(cfg)
     assert plan.errors == [], plan.errors
+
+
+def test_decaying_lr_in_step_mode_needs_num_training_steps():
+    """Step-mode batches hold one sample per turn: the schedule length cannot come from max_steps."""
+    base = Path(__file__).resolve().parents[1] / "configs" / "agentic" / "frozenlake_cpu.yaml"
+    cosine = ["actor_train.training_args.lr_scheduler_type=cosine"]
+    errors = make_plan(load_config(base, cosine)).errors
+    assert any("actor_train.training_args.lr_scheduler_type cosine: in step mode" in e for e in errors), errors
+    assert make_plan(load_config(base, cosine + ["actor_train.training_args.num_training_steps=500"])).errors == []
+    trajectory = ["train_env_manager.mode=trajectory", "val_env_manager.mode=trajectory"]
+    assert make_plan(load_config(base, cosine + trajectory)).errors == []

@@ -39,7 +39,9 @@ class TrainingArgs:
     warmup_steps: int = 0
     """Linear warmup optimizer steps."""
     num_training_steps: Optional[int] = None
-    """Total optimizer steps for decaying schedules (null: derived from the pipeline's max_steps)."""
+    """Total optimizer steps for decaying schedules (null: derived from the pipeline's max_steps
+    and rollout_batch_size; agentic step mode needs it set, as its batches vary in size). Past
+    it the LR stays at its final value."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory."""
 

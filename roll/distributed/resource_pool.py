@@ -310,6 +310,14 @@ def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
                           f"{ta.per_device_train_batch_size} x gradient_accumulation_steps {ta.gradient_accumulation_steps} = {mini}")
         else:
             rows.append((f"{name}: optimizer steps per pipeline step", f"{rbs // mini} x ppo_epochs {cfg.algorithm.ppo_epochs}"))
+        step_mode = cfg.pipeline == "agentic" and cfg.train_env_manager.mode == "step"
+        if step_mode and ta.lr_scheduler_type != "constant" and ta.num_training_steps is None:
+            # the schedule length is derived as (optimizer steps per pipeline step) x max_steps,
+            # which holds only when a batch has rollout_batch_size samples
+            errors.append(f"{name}.training_args.lr_scheduler_type {ta.lr_scheduler_type}: in step mode a rollout batch holds "
+                          "one sample per turn, so the optimizer steps per pipeline step vary and the schedule length "
+                          "cannot be derived from max_steps; set training_args.num_training_steps (total optimizer "
+                          "steps; `actor/optimizer_steps` in the metrics gives the count per step) or use a constant schedule")
     for name in ("actor_train", "reference", "critic"):
         p = plan.roles.get(name)
         if p is not None and rbs % p.dp_size:

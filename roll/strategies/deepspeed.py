@@ -37,7 +37,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
-from roll.strategies.torch_train import global_loss_normalizers, max_micro_batches, model_forward, reduce_step_metrics
+from roll.strategies.torch_train import (global_loss_normalizers, make_lr_scheduler, max_micro_batches, model_forward,
+                                        reduce_step_metrics)
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -119,7 +120,6 @@ class DeepSpeedStrategy:
         from transformers import (
             AutoModelForCausalLM,
             AutoModelForTokenClassification,
-            get_scheduler,
         )
 
         self.ds_config = build_ds_config(self.strategy_config, self.args, self.cfg.dtype, self.dp_size)
@@ -140,13 +140,7 @@ class DeepSpeedStrategy:
         a = self.args
         optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=tuple(a.adam_betas), eps=a.adam_eps,
                                       weight_decay=a.weight_decay)
-        kind = a.lr_scheduler_type
-        if kind == "constant":
-            scheduler = get_scheduler("constant_with_warmup", optimizer, num_warmup_steps=a.warmup_steps)
-        elif not self.num_training_steps:
-            raise ValueError(f"lr_scheduler_type {kind!r} needs training_args.num_training_steps (or the pipeline's max_steps)")
-        else:
-            scheduler = get_scheduler(kind, optimizer, num_warmup_steps=a.warmup_steps, num_training_steps=self.num_training_steps)
+        scheduler = make_lr_scheduler(optimizer, a, self.num_training_steps)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config)
 

@@ -201,15 +201,13 @@ class MegatronStrategy:
 
     # ---- forward ----------------------------------------------------------------------------
     def _lr(self) -> float:
+        """The same schedule as the torch_train / deepspeed strategies (roll.strategies.torch_train.lr_factor)."""
+        from roll.strategies.torch_train import lr_factor
+
         a = self.args
-        if self.step < a.warmup_steps:
-            return a.lr * (self.step + 1) / max(1, a.warmup_steps)
-        if a.lr_scheduler_type == "constant":
-            return a.lr
-        if not self.num_training_steps:
+        if a.lr_scheduler_type != "constant" and not self.num_training_steps:
             raise ValueError(f"lr_scheduler_type {a.lr_scheduler_type!r} needs training_args.num_training_steps")
-        frac = min(1.0, (self.step - a.warmup_steps) / max(1, self.num_training_steps - a.warmup_steps))
-        return a.lr * (1 - frac if a.lr_scheduler_type == "linear" else 0.5 * (1 + math.cos(math.pi * frac)))
+        return a.lr * lr_factor(self.step, a.lr_scheduler_type, a.warmup_steps, self.num_training_steps)
 
     def _run(self, micro: list[Batch], loss_fn: Any, forward_only: bool) -> list:
         from megatron.core.pipeline_parallel import get_forward_backward_func

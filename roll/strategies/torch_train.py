@@ -154,6 +154,33 @@ def reduce_step_metrics(metric_sums: dict[str, float], n_micro: int, dp_size: in
 
 
 
+def lr_factor(step: int, kind: str, warmup_steps: int, num_training_steps: int | None) -> float:
+    """LR multiplier after ``step`` optimizer steps: linear warmup from 0 over ``warmup_steps``,
+    then constant, or a linear / cosine decay that reaches 0 at ``num_training_steps`` and stays
+    there (a schedule that runs past its length does not restart, as a periodic cosine would)."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    if kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, num_training_steps - warmup_steps))
+    if kind == "linear":
+        return 1.0 - progress
+    if kind == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr_scheduler_type {kind!r}; choose constant, linear or cosine")
+
+
+def make_lr_scheduler(optimizer: torch.optim.Optimizer, args: Any, num_training_steps: int | None) -> torch.optim.lr_scheduler.LambdaLR:
+    """The role's LR schedule (``training_args.lr_scheduler_type``), stepped once per optimizer step."""
+    import functools
+
+    kind = args.lr_scheduler_type
+    if kind != "constant" and not num_training_steps:
+        raise ValueError(f"lr_scheduler_type {kind!r} needs training_args.num_training_steps (or the pipeline's max_steps)")
+    fn = functools.partial(lr_factor, kind=kind, warmup_steps=args.warmup_steps, num_training_steps=num_training_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
     """(Re)create the default process group: NCCL when CUDA is present, else gloo."""
     if dist.is_initialized():
@@ -237,15 +264,7 @@ class TorchTrainStrategy:
         self.scheduler = self._make_scheduler()
 
     def _make_scheduler(self):
-        from transformers import get_scheduler
-
-        kind = self.args.lr_scheduler_type
-        if kind == "constant":
-            return get_scheduler("constant_with_warmup", self.optimizer, num_warmup_steps=self.args.warmup_steps)
-        if not self.num_training_steps:
-            raise ValueError(f"lr_scheduler_type {kind!r} needs training_args.num_training_steps (or the pipeline's max_steps)")
-        return get_scheduler(kind, self.optimizer, num_warmup_steps=self.args.warmup_steps,
-                             num_training_steps=self.num_training_steps)
+        return make_lr_scheduler(self.optimizer, self.args, self.num_training_steps)
 
     @property
     def hf_model(self) -> torch.nn.Module:

@@ -182,3 +182,24 @@ def test_actor_train_stops_past_early_stop_kl(tiny_model_dir):
     assert tight["actor/early_stop_ppo_kl"] > 0.05
     with pytest.raises(ValueError, match="early_stop_kl must be > 0"):
         make_actor_loss_fn(AlgorithmConfig(policy_loss="pg", early_stop_kl=0.0))
+
+
+def test_lr_schedules_match_hf_and_hold_after_their_length():
+    from transformers import get_scheduler
+
+    from roll.strategies.torch_train import lr_factor, make_lr_scheduler
+
+    for kind in ("linear", "cosine", "constant"):
+        args = TrainingArgs(lr=1.0, lr_scheduler_type=kind, warmup_steps=3)
+        ours = make_lr_scheduler(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), args, 10)
+        hf_kind = "constant_with_warmup" if kind == "constant" else kind
+        hf = get_scheduler(hf_kind, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), num_warmup_steps=3,
+                           **({} if kind == "constant" else {"num_training_steps": 10}))
+        for _ in range(10):  # within the schedule: the same LR as transformers' schedules
+            assert ours.get_last_lr()[0] == pytest.approx(hf.get_last_lr()[0], abs=1e-12)
+            ours.optimizer.step(), ours.step(), hf.optimizer.step(), hf.step()
+    # past its length a cosine schedule stays at 0 (a periodic cosine would climb back to the peak)
+    assert [lr_factor(s, "cosine", 0, 10) for s in (10, 15, 20)] == [0.0, 0.0, 0.0]
+    assert lr_factor(20, "linear", 2, 10) == 0.0 and lr_factor(1, "linear", 2, 10) == 0.5
+    with pytest.raises(ValueError, match="needs training_args.num_training_steps"):
+        make_lr_scheduler(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), TrainingArgs(lr_scheduler_type="cosine"), None)
