@@ -32,6 +32,9 @@ def test_decaying_lr_in_step_mode_needs_num_training_steps():
     cosine = ["actor_train.training_args.lr_scheduler_type=cosine"]
     errors = make_plan(load_config(base, cosine)).errors
     assert any("actor_train.training_args.lr_scheduler_type cosine: in step mode" in e for e in errors), errors
-    assert make_plan(load_config(base, cosine + ["actor_train.training_args.num_training_steps=500"])).errors == []
+    plan = make_plan(load_config(base, cosine + ["actor_train.training_args.num_training_steps=500"]))
+    assert plan.errors == []
+    rows = dict(plan.batch)
+    assert "step mode: one sample per turn" in rows["actor_train: optimizer steps per pipeline step"]
     trajectory = ["train_env_manager.mode=trajectory", "val_env_manager.mode=trajectory"]
     assert make_plan(load_config(base, cosine + trajectory)).errors == []

@@ -308,9 +308,15 @@ def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
         elif rbs % mini:
             errors.append(f"{name}: rollout_batch_size {rbs} is not a multiple of dp {p.dp_size} x per_device_train_batch_size "
                           f"{ta.per_device_train_batch_size} x gradient_accumulation_steps {ta.gradient_accumulation_steps} = {mini}")
-        else:
-            rows.append((f"{name}: optimizer steps per pipeline step", f"{rbs // mini} x ppo_epochs {cfg.algorithm.ppo_epochs}"))
         step_mode = cfg.pipeline == "agentic" and cfg.train_env_manager.mode == "step"
+        if step_mode and mini >= 1:
+            # one sample per turn: between rollout_batch_size and rollout_batch_size x max_turns samples
+            turns = max((cfg.custom_envs[t].max_turns for t in cfg.train_env_manager.tags if t in cfg.custom_envs), default=1)
+            rows.append((f"{name}: optimizer steps per pipeline step",
+                         f"{max(1, rbs // mini)} to {-(-rbs * turns // mini)} (step mode: one sample per turn, "
+                         f"up to {turns} turns) x ppo_epochs {cfg.algorithm.ppo_epochs}"))
+        elif mini >= 1 and rbs % mini == 0:
+            rows.append((f"{name}: optimizer steps per pipeline step", f"{rbs // mini} x ppo_epochs {cfg.algorithm.ppo_epochs}"))
         if step_mode and ta.lr_scheduler_type != "constant" and ta.num_training_steps is None:
             # the schedule length is derived as (optimizer steps per pipeline step) x max_steps,
             # which holds only when a batch has rollout_batch_size samples
