@@ -41,12 +41,14 @@ SECTION = "## Learning"
 NOTES = """Settings (configs/agentic/learning/*.yaml): step mode without history and observation-only
 prompts (each turn's prompt is the current grid alone, about 25 tokens for FrozenLake and 45 for
 Sokoban; the SFT warm start teaches the `<answer>...</answer>` format), `max_new_tokens` 8,
-temperature 1.0, 64 episodes per step in groups of 8, AdamW lr 2e-4 constant, PPO clip 0.2,
+temperature 1.0, 64 episodes per step in groups of 8, AdamW lr 2e-4 (constant; cosine decay over
+the run for Sokoban GRPO), PPO clip 0.2,
 token-mean loss, held-out validation episodes per decoding mode: 64 (FrozenLake) and 256
 (Sokoban). GRPO runs as `gigpo` with
 `step_weight: 1` and gamma 0.95: the GRPO advantage of the episode return plus GiGPO's step-level
 advantage over identical grids within a group. PPO: `gae` (gamma 0.95, lambda 1, whitened
-advantages) with a critic started from the SFT model. Simple Sokoban is `roll/Sokoban-v0` (6x6,
+advantages) with a critic started from the SFT model; Sokoban PPO and the multi-env run stop a
+batch's optimizer steps once the policy has moved by a KL of 0.02 (`early_stop_kl`). Simple Sokoban is `roll/Sokoban-v0` (6x6,
 one box) with `env_kwargs {search_depth: 6, min_solution_length: 2, max_steps: 8,
 format_penalty: -1}` (optimal solutions of 2 to 6 moves; unparseable text costs 1, not the 0.1 of a
 move), 8 turns; FrozenLake is `roll/FrozenLake-v0` (4x4, p_frozen 0.8, not
@@ -78,8 +80,19 @@ prevent the other failure seen in the runs below: Sokoban PPO went well to step 
 then one step moved the policy by a KL of 0.54 (ppo_kl; about 0.001 on other steps), answers became
 88% invalid and then valid but ineffective (9% of moves change the room); the multi-env run reached
 25 / 36 on FrozenLake at step 50 and from step 150 answered deterministically (greedy = sampled) at
-the start level. A trust region per step (KL early stop or a lower lr after such a step) is the
-next thing to try. At lr
+the start level. A trust region per rollout batch (`early_stop_kl: 0.02`: the batch's optimizer
+steps stop once the policy has moved by a KL of 0.02 from the rollout policy) removes the PPO
+failure: the same 100-step run stopped early on 24 of its 100 steps (6.75 optimizer steps per step
+on average, of 7-8) and ended at 23.8 / 34.8 with under 1% invalid answers, where it had ended at
+2.3 / 2.3. On Sokoban GRPO the same bound stopped nearly every step after step 85 and was behind
+the unbounded run at step 100 (19 / 30 against 25 / 38), so the GRPO config does without it. The
+multi-env run with the bound reached 36 / 44 on FrozenLake and 5 / 9 on the different-symbol
+Sokoban at step 100 (from 16 / 14 and 0 / 0), then drifted into invalid answers anyway (45% of
+sampled answers at step 150, every step within the bound) and ended answering `Right` to every
+grid; a KL loss to the SFT model on top (k3, coefficient 0.1) did not stop the drift either (invalid
+answers 2% -> 100% between steps 60 and 96, the KL loss rising from 0.03 to 20-90 per token; run
+stopped there). Why the two-env run drifts where each env alone does not is open; the token
+distribution moving away from the answer vocabulary is what the lr 6e-4 run below showed. At lr
 6e-4 the format broke anyway around step 40 (invalid 0% -> 100% in 3 steps): the probability of
 `<answer>` as the first token fell from 0.999 to 0.86 in 40 steps, the mass going to tokens that
 never occur in the data (` treats`, `kq`) - Adam turns the tiny, consistent gradients that negative
@@ -90,7 +103,12 @@ and a KL loss to the SFT model (0.05, lr 4e-4) was no better at step 25 (18 / 27
 better than without over 100 steps (64 rooms: 27 / 33 against 27 / 28). A weaker start (SFT 300
 steps: 5 / 6) moved like the 450-step one (9 / 16 at step 50). With 256 validation rooms the
 format-penalty recipe went 20 / 28 -> 21 / 30, 22 / 36, 24 / 35, 33 / 38, 28 / 34 at steps 50 to
-250: learning, but about 10 points in 200-250 steps and not +20 within 30 minutes. Why: the grid
+250: learning, but about 10 points in 200-250 steps and not +20 within 30 minutes. With the LR
+constant, the run of 300 steps peaked at step 150 (31 / 44) and ended at 27 / 34 (+6.6); with a
+cosine decay to 0 over the 300 steps (`lr_scheduler_type: cosine`, `num_training_steps: 2100`,
+about 7 optimizer steps per step) it went 20 / 31, 21 / 29, 25 / 35, 29 / 38, 31 / 38 and ended at
+32 / 39 (+11.3, the table above): the decay keeps what was learned instead of wandering off the
+peak, but the pace is the same. Why the target is not reached: the grid
 must be read relationally (box, target and player two-dimensionally, a row apart being 7 tokens
 apart in the text) and even SFT on clean demonstrations reaches only about 50% expert agreement
 after 450 steps; the SFT policy is flat (its most likely action has about 0.35 probability), so
@@ -99,8 +117,8 @@ policy without history that bumps into a wall sees the same room and repeats the
 the moves change nothing); GiGPO finds few identical rooms within a group once episodes diverge
 (about 50 anchor groups among 440 steps per batch), so the credit is mostly episode-level. The
 steps are cheaper than before (the LM head runs only on response columns: 1.5x per train step, see
-Train step), so 300 steps fit in 30 minutes where 200 did (the run below: median 8.2 s per step
-beside three other runs, 4.4 s beside the test suite; 1861 s in all). The 64-room validation set was too small
+Train step), so 300 steps fit in 30 minutes where 200 did (the run below: median 4.3 s per step
+beside one other run, 1435 s in all; 8.2 s per step beside three other runs). The 64-room validation set was too small
 to see this: a standalone evaluation of one SFT model scored 27% sampled on the first 64 training
 seeds and 14% on the 64 validation seeds. A start from a plain-PyTorch SFT loop (49% agreement; 9%
 greedy, 27% sampled) went to 41% / 39% after 50 RL steps and 31% / 33% after 100 (64 rooms).
