@@ -41,8 +41,8 @@ SECTION = "## Learning"
 NOTES = """Settings (configs/agentic/learning/*.yaml): step mode without history and observation-only
 prompts (each turn's prompt is the current grid alone, about 25 tokens for FrozenLake and 45 for
 Sokoban; the SFT warm start teaches the `<answer>...</answer>` format), `max_new_tokens` 8,
-temperature 1.0, 64 episodes per step in groups of 8, AdamW lr 2e-4 (constant; cosine decay over
-the run for Sokoban GRPO), PPO clip 0.2,
+temperature 1.0, 64 episodes per step in groups of 8, AdamW lr 2e-4 constant (Sokoban GRPO: 3e-4
+with a cosine decay to 0 over the run), PPO clip 0.2,
 token-mean loss, held-out validation episodes per decoding mode: 64 (FrozenLake) and 256
 (Sokoban). GRPO runs as `gigpo` with
 `step_weight: 1` and gamma 0.95: the GRPO advantage of the episode return plus GiGPO's step-level
@@ -104,11 +104,13 @@ better than without over 100 steps (64 rooms: 27 / 33 against 27 / 28). A weaker
 steps: 5 / 6) moved like the 450-step one (9 / 16 at step 50). With 256 validation rooms the
 format-penalty recipe went 20 / 28 -> 21 / 30, 22 / 36, 24 / 35, 33 / 38, 28 / 34 at steps 50 to
 250: learning, but about 10 points in 200-250 steps and not +20 within 30 minutes. With the LR
-constant, the run of 300 steps peaked at step 150 (31 / 44) and ended at 27 / 34 (+6.6); with a
-cosine decay to 0 over the 300 steps (`lr_scheduler_type: cosine`, `num_training_steps: 2100`,
-about 7 optimizer steps per step) it went 20 / 31, 21 / 29, 25 / 35, 29 / 38, 31 / 38 and ended at
-32 / 39 (+11.3, the table above): the decay keeps what was learned instead of wandering off the
-peak, but the pace is the same. Why the target is not reached: the grid
+constant, the run of 300 steps peaked at step 150 (31 / 44) and ended at 27 / 34 (+6.6). A cosine
+decay to 0 over the 300 steps (`lr_scheduler_type: cosine`, `num_training_steps: 2100`, about 7
+optimizer steps per step) keeps what was learned instead of wandering off the peak: at lr 2e-4 it
+went 20 / 31, 21 / 29, 25 / 35, 29 / 38, 31 / 38 and ended at 32 / 39 (+11.3); at 3e-4 (the table
+above) 14 / 30, 23 / 37, 22 / 38, 29 / 41, 35 / 49, 36 / 48 (+16.0 greedy, +20.7 sampled, 1505
+s, half of it beside another run); at 4e-4 the answer format broke by step 100 (100% invalid). Why the greedy
+target is not reached: the grid
 must be read relationally (box, target and player two-dimensionally, a row apart being 7 tokens
 apart in the text) and even SFT on clean demonstrations reaches only about 50% expert agreement
 after 450 steps; the SFT policy is flat (its most likely action has about 0.35 probability), so
@@ -117,8 +119,8 @@ policy without history that bumps into a wall sees the same room and repeats the
 the moves change nothing); GiGPO finds few identical rooms within a group once episodes diverge
 (about 50 anchor groups among 440 steps per batch), so the credit is mostly episode-level. The
 steps are cheaper than before (the LM head runs only on response columns: 1.5x per train step, see
-Train step), so 300 steps fit in 30 minutes where 200 did (the run below: median 4.3 s per step
-beside one other run, 1435 s in all; 8.2 s per step beside three other runs). The 64-room validation set was too small
+Train step), so 300 steps fit in 30 minutes where 200 did (the run above: median 4.4 s per step,
+1505 s in all, half of it beside another run; 8.2 s per step beside three other runs). The 64-room validation set was too small
 to see this: a standalone evaluation of one SFT model scored 27% sampled on the first 64 training
 seeds and 14% on the 64 validation seeds. A start from a plain-PyTorch SFT loop (49% agreement; 9%
 greedy, 27% sampled) went to 41% / 39% after 50 RL steps and 31% / 33% after 100 (64 rooms).
