@@ -295,6 +295,7 @@ def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
             errors.append(f"train_env_manager.num_groups_partition sums to {sum(part)}, but a batch has {rbs} / {g} = {groups} groups")
         if part and len(part) != len(cfg.train_env_manager.tags):
             errors.append(f"train_env_manager.num_groups_partition has {len(part)} entries for {len(cfg.train_env_manager.tags)} tags")
+    step_mode = cfg.pipeline == "agentic" and cfg.train_env_manager.mode == "step"
     for name in ("actor_train", "critic"):
         p = plan.roles.get(name)
         wc = getattr(cfg, name)
@@ -308,7 +309,6 @@ def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
         elif rbs % mini:
             errors.append(f"{name}: rollout_batch_size {rbs} is not a multiple of dp {p.dp_size} x per_device_train_batch_size "
                           f"{ta.per_device_train_batch_size} x gradient_accumulation_steps {ta.gradient_accumulation_steps} = {mini}")
-        step_mode = cfg.pipeline == "agentic" and cfg.train_env_manager.mode == "step"
         if step_mode and mini >= 1:
             # one sample per turn: between rollout_batch_size and rollout_batch_size x max_turns samples
             turns = max((cfg.custom_envs[t].max_turns for t in cfg.train_env_manager.tags if t in cfg.custom_envs), default=1)

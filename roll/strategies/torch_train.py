@@ -44,6 +44,7 @@ Contracts other parts rely on:
 from __future__ import annotations
 
 import datetime
+import functools
 import inspect
 import math
 import os
@@ -172,8 +173,6 @@ def lr_factor(step: int, kind: str, warmup_steps: int, num_training_steps: int |
 
 def make_lr_scheduler(optimizer: torch.optim.Optimizer, args: Any, num_training_steps: int | None) -> torch.optim.lr_scheduler.LambdaLR:
     """The role's LR schedule (``training_args.lr_scheduler_type``), stepped once per optimizer step."""
-    import functools
-
     kind = args.lr_scheduler_type
     if kind != "constant" and not num_training_steps:
         raise ValueError(f"lr_scheduler_type {kind!r} needs training_args.num_training_steps (or the pipeline's max_steps)")
