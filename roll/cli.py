@@ -13,6 +13,7 @@ from typing import Any
 
 from roll import __version__
 from roll.config.validate import ConfigError
+from roll.errors import RollError, unwrap
 from roll.registry import REGISTRIES, RegistryError, load_entry_point
 
 ENVS_PACKAGE = "roll.envs"
@@ -127,6 +128,14 @@ def cmd_data_demos(args: argparse.Namespace) -> int:
     return load_entry_point("roll.pipelines.sft_data:main")(args.args)
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    return load_entry_point("roll.viewer.cli:cmd_view")(args)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    return load_entry_point("roll.viewer.cli:cmd_plot")(args)
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     print(f"roll {__version__}")
     return 0
@@ -189,6 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("args", nargs=argparse.REMAINDER)
     d.set_defaults(fn=cmd_data_demos)
 
+    p = sub.add_parser("view", help="an offline HTML report of a run: curves, trajectories, tokens")
+    p.add_argument("run_dir")
+    p.add_argument("--out", default=None, help="HTML file to write (default RUN_DIR/report.html)")
+    p.add_argument("--serve", action="store_true", help="serve the report on localhost")
+    p.add_argument("--port", type=int, default=8765)
+    p.set_defaults(fn=cmd_view)
+
+    p = sub.add_parser("plot", help="redraw a run's PNG learning curves into RUN_DIR/plots/")
+    p.add_argument("run_dir")
+    p.set_defaults(fn=cmd_plot)
+
     p = sub.add_parser("version", help="print the version")
     p.set_defaults(fn=cmd_version)
     return parser
@@ -199,9 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ConfigError, RegistryError) as e:
-        print(f"roll: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        expected = unwrap(e)
+        if not isinstance(expected, RollError):
+            raise
+        print(f"roll: {expected}", file=sys.stderr)
+        return 2 if isinstance(expected, (ConfigError, RegistryError)) else expected.exit_code
     except KeyboardInterrupt:
         print("roll: interrupted", file=sys.stderr)
         return 130

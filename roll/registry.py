@@ -13,8 +13,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from roll.errors import RollError
 
-class RegistryError(KeyError):
+
+class RegistryError(RollError, KeyError):
     """Unknown or duplicate id, or an entry point that cannot be imported."""
 
     def __str__(self) -> str:  # KeyError quotes its message; we want plain text

@@ -16,8 +16,10 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
+from roll.errors import RollError
 
-class ConfigError(ValueError):
+
+class ConfigError(RollError, ValueError):
     """A config that cannot be used; ``errors`` holds one line per problem."""
 
     def __init__(self, errors: list[str]):

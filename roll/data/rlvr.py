@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from roll.errors import RollError
 
-class DataError(ValueError):
+
+class DataError(RollError, ValueError):
     """A data file or record the loader cannot use (names file and line)."""
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from roll.data.batch import Batch
+from roll.errors import RollError
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -52,7 +53,7 @@ weight update must be able to pause and publish while ``max_concurrency`` genera
 DISPATCH_MODES = ("all", "dp", "rank0")
 
 
-class WorkerError(RuntimeError):
+class WorkerError(RollError, RuntimeError):
     """A call to a cluster failed on one or more ranks."""
 
     def __init__(self, role: str, ranks: Sequence[int], message: str):
