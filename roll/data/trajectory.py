@@ -61,6 +61,12 @@ class Trajectory:
     failure: str | None = None
     """None, or an infrastructure failure type (FAILURE_TYPES)."""
     failure_detail: str = ""
+    failure_traceback: str = ""
+    """The traceback (file and line) of the exception behind an ``env_error``, for the run's
+    error log (roll/rollout/failures.py)."""
+    failure_permanent: bool = False
+    """The env worker's verdict that the failure will recur (the env could not be created, or
+    broke its contract): the run stops instead of retrying."""
     env_tag: str = ""
     env_id: str = ""
     group_id: str = ""
