@@ -8,7 +8,7 @@ import typing
 from pathlib import Path
 
 from roll.config.schema import PipelineConfig
-from roll.config.validate import field_docs, type_name
+from roll.config.validate import field_docs, field_range, type_name
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
@@ -49,6 +49,31 @@ def render() -> str:
         "Generated from the schema docstrings in `roll/config/` by `python -m roll.config.docs`;",
         "a test fails when this file is stale. Unknown keys are errors (with a suggestion), and",
         "everything under `strategy_args.strategy_config` passes to the backend untouched.",
+        "A number outside its field's **range** column (declared in the schema with `ranged(...)`;",
+        "for a list, each item) is an error naming the key; null always passes.",
+        "",
+        "## Pre-flight",
+        "",
+        "`roll plan` and `roll run` run the same pre-flight before Ray starts (`roll/config/preflight.py`),",
+        "so a plan that says OK is a run that starts. Every problem is listed at once, one line each:",
+        "",
+        "- the modules under `imports:` import (an error names the module and the exception);",
+        "- names resolve: pipeline, each role's strategy (and its backend package; an inference",
+        "  engine on a training role or the reverse is an error), advantage estimator, policy loss,",
+        "  reward functions, group filters, trackers (and their packages);",
+        "- agentic: every env tag of the env managers is a key of `custom_envs`; every `env_id` is",
+        "  registered with gymnasium (after `imports:`), its entry point imports and takes the given",
+        "  `env_kwargs`;",
+        "- data: rlvr and sft data files exist and every record parses; every rlvr domain has a",
+        "  reward; `domain_interleave_probs` name domains with data;",
+        "- paths: each role's model (`pretrain` or `model_name_or_path`) is `roll-tiny://...`, a local",
+        "  model directory, or a hub id (with `HF_HUB_OFFLINE=1`, one already in the local cache);",
+        "  `resume_from_checkpoint` exists; `output_dir` and `tracking.log_dir` are creatable and writable;",
+        "- roles: `adv_estimator: gae` needs a `critic`, `use_kl_loss` and `use_kl_in_reward` need a",
+        "  `reference`; the loss settings build (e.g. `seq-mean-token-sum-norm` needs its constant);",
+        "- placement (on a local cluster): the `roll plan` table's device and batch arithmetic, and the",
+        "  GPU memory fractions of colocated inference engines (vLLM `gpu_memory_utilization`, default",
+        "  0.9; SGLang `mem_fraction_static`) add up to at most 1.0 on every device.",
         "",
     ]
     seen: list = []
@@ -56,13 +81,15 @@ def render() -> str:
     for prefixes, cls in seen:
         title = f"`{cls.__name__}`"
         where = ", ".join(f"`{p}`" for p in prefixes if p) or "the top level of a config file"
-        lines += [f"## {title}", "", (cls.__doc__ or "").strip(), "", f"Used at: {where}.", "", "| key | type | default | description |", "|---|---|---|---|"]
+        lines += [f"## {title}", "", (cls.__doc__ or "").strip(), "", f"Used at: {where}.", "", "| key | type | default | range | description |", "|---|---|---|---|---|"]
         docs = field_docs(cls)
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             desc = " ".join(docs.get(f.name, "").split()).replace("|", "\\|")
             tp = type_name(hints[f.name]).replace("|", "\\|")
-            lines.append(f"| `{f.name}` | {tp} | {_default_repr(f).replace('|', chr(92) + '|')} | {desc} |")
+            rng = field_range(f)
+            rng_text = f"{rng}".replace(" and ", ", ") if rng is not None else ""
+            lines.append(f"| `{f.name}` | {tp} | {_default_repr(f).replace('|', chr(92) + '|')} | {rng_text} | {desc} |")
         lines.append("")
     return "\n".join(lines)
 

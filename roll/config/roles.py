@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
+from roll.config.validate import ranged
+
 
 @dataclass
 class StrategyArgs:
@@ -20,25 +22,25 @@ class StrategyArgs:
 class TrainingArgs:
     """Optimizer and batching for a training role."""
 
-    lr: float = 1e-6
+    lr: float = ranged(1e-6, ge=0)
     """Peak learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: float = ranged(0.0, ge=0)
     """AdamW weight decay."""
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    adam_betas: list[float] = ranged(default_factory=lambda: [0.9, 0.999], ge=0, lt=1)
     """AdamW betas."""
-    adam_eps: float = 1e-8
+    adam_eps: float = ranged(1e-8, gt=0)
     """AdamW epsilon."""
-    per_device_train_batch_size: int = 1
+    per_device_train_batch_size: int = ranged(1, ge=1)
     """Micro-batch size (samples) per data-parallel rank for one forward/backward."""
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = ranged(1, ge=1)
     """Micro-batches accumulated per optimizer step on each rank."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = ranged(1.0, ge=0)
     """Gradient clipping by global norm; 0 disables clipping."""
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant"
     """Learning-rate schedule after warmup."""
-    warmup_steps: int = 0
+    warmup_steps: int = ranged(0, ge=0)
     """Linear warmup optimizer steps."""
-    num_training_steps: Optional[int] = None
+    num_training_steps: Optional[int] = ranged(None, ge=1)
     """Total optimizer steps for decaying schedules (null: derived from the pipeline's max_steps
     and rollout_batch_size; agentic step mode needs it set, as its batches vary in size). Past
     it the LR stays at its final value."""
@@ -50,15 +52,15 @@ class TrainingArgs:
 class GeneratingArgs:
     """Sampling parameters for an inference role."""
 
-    max_new_tokens: int = 128
+    max_new_tokens: int = ranged(128, ge=1)
     """Maximum tokens generated per request (one turn in agentic rollouts)."""
-    temperature: float = 1.0
+    temperature: float = ranged(1.0, ge=0)
     """Sampling temperature; 0 means greedy."""
-    top_p: float = 1.0
+    top_p: float = ranged(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
-    top_k: int = -1
+    top_k: int = ranged(-1, ge=-1)
     """Top-k sampling; -1 disables it."""
-    num_return_sequences: int = 1
+    num_return_sequences: int = ranged(1, ge=1)
     """Responses per prompt (RLVR group size)."""
     stop_strings: list[str] = field(default_factory=list)
     """Generation stops after any of these strings (kept in the output)."""
@@ -76,11 +78,11 @@ class WorkerConfig:
     device_mapping: Optional[Union[str, list[int]]] = None
     """GPU ranks of the pool this role uses: a list, or a range string like "0-7" or "0-3,8-11".
     Overlapping mappings colocate roles; disjoint ones run them concurrently. Null: CPU-only workers."""
-    num_gpus_per_worker: int = 1
+    num_gpus_per_worker: int = ranged(1, ge=1)
     """Devices each worker (Ray actor) of this role holds; the mapping is split into groups of this size."""
-    world_size: Optional[int] = None
+    world_size: Optional[int] = ranged(None, ge=1)
     """Number of workers when the role runs on CPU slots without a device_mapping."""
-    num_cpus_per_worker: float = 1.0
+    num_cpus_per_worker: float = ranged(1.0, ge=0)
     """CPUs reserved per worker on Ray."""
     strategy_args: StrategyArgs = field(default_factory=StrategyArgs)
     """Backend selection and passthrough options."""
@@ -90,12 +92,12 @@ class WorkerConfig:
     """Sampling parameters (inference roles)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter and compute dtype."""
-    infer_batch_size: int = 8
+    infer_batch_size: int = ranged(8, ge=1)
     """Micro-batch size for forward-only passes (logprobs, values)."""
-    max_concurrency: int = 64
+    max_concurrency: int = ranged(64, ge=1)
     """Concurrent requests a worker accepts (inference) before the router queues them."""
-    call_timeout_s: float = 600.0
+    call_timeout_s: float = ranged(600.0, gt=0)
     """A call to this role that takes longer fails with an error naming role and rank."""
-    max_restarts: int = 3
+    max_restarts: int = ranged(3, ge=-1)
     """Times Ray restarts a dead worker of this role (-1: unlimited); a collective role (trainer)
     restarts all its ranks together."""

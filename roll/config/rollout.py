@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from roll.config.validate import ranged
+
 DEFAULT_TURN_TEMPLATE = "Turn {turn_idx}:\n{observation}\nActions left: {actions_left}. Reply in the format <answer>...</answer>."
 
 
@@ -15,7 +17,7 @@ class EnvConfig:
     """gymnasium id, e.g. roll/Sokoban-v0 or a user's own registered id."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments passed to gymnasium.make (override the registered defaults)."""
-    max_turns: int = 10
+    max_turns: int = ranged(10, ge=1)
     """Turns per episode before truncation."""
     system_prompt: str = "You are a helpful agent that solves the task step by step."
     """System message of every episode (empty: none)."""
@@ -26,9 +28,9 @@ class EnvConfig:
     turn_template: str = DEFAULT_TURN_TEMPLATE
     """How each observation is rendered into a user turn: {turn_idx}, {observation}, {actions_left},
     {reward}, {max_turns}."""
-    step_timeout_s: float = 30.0
+    step_timeout_s: float = ranged(30.0, gt=0)
     """An env.step (or reset) slower than this ends the episode as an infrastructure failure."""
-    max_env_steps_per_turn: int = 1
+    max_env_steps_per_turn: int = ranged(1, ge=1)
     """Not used by text envs that take several actions per turn inside step(); kept for symmetry."""
 
 
@@ -38,34 +40,34 @@ class EnvManagerConfig:
 
     tags: list[str] = field(default_factory=list)
     """Env tags (keys of custom_envs) this manager runs."""
-    num_groups_partition: list[int] = field(default_factory=list)
+    num_groups_partition: list[int] = ranged(default_factory=list, ge=0)
     """Groups per tag in each batch (same length as tags); empty splits evenly."""
-    group_size: int = 8
+    group_size: int = ranged(8, ge=1)
     """Episodes per group: same env seed, different samples (GRPO-style baselines)."""
-    num_env_workers: int = 1
+    num_env_workers: int = ranged(1, ge=0)
     """Ray actors hosting env managers."""
-    max_concurrent_episodes: int = 64
+    max_concurrent_episodes: int = ranged(64, ge=1)
     """Episodes run at once across all env workers."""
     mode: Literal["trajectory", "step"] = "trajectory"
     """trajectory: one training sample per episode; step: one sample per turn (step-level advantages)."""
-    history_window: int = 4
+    history_window: int = ranged(4, ge=0)
     """Step mode: previous turns kept in each per-turn sample's context."""
-    max_context_tokens: int = 2048
+    max_context_tokens: int = ranged(2048, ge=1)
     """An episode whose context would exceed this is truncated."""
-    redundancy: float = 0.0
+    redundancy: float = ranged(0.0, ge=0)
     """Extra share of groups started; the first to finish are kept."""
     group_filter: Optional[str] = None
     """Registered group filter id (e.g. drop zero-variance groups); null keeps every group."""
     group_filter_args: dict[str, Any] = field(default_factory=dict)
     """Arguments of the group filter."""
-    max_group_refills: int = 8
+    max_group_refills: int = ranged(8, ge=0)
     """Refills per batch for filtered or failed groups before the batch is returned short."""
-    max_episode_retries: int = 3
+    max_episode_retries: int = ranged(3, ge=0)
     """An episode slot that ends in an infrastructure failure (env error/timeout, dead worker) is
     rerun with the same env seed up to this many times; then its group is dropped and refilled."""
-    num_cpus_per_env_worker: float = 1.0
+    num_cpus_per_env_worker: float = ranged(1.0, ge=0)
     """Ray CPUs reserved by each environment worker actor."""
-    seed_offset: int = 0
+    seed_offset: int = ranged(0, ge=0)
     """Env seeds of this manager start here (keep validation seeds disjoint from training)."""
 
 
@@ -76,12 +78,12 @@ class RolloutConfig:
     mode: Literal["sync", "async"] = "async"
     """sync: lockstep batches, every episode advances turn by turn together (baseline);
     async: per-sample scheduling, overlapping training up to async_generation_ratio."""
-    async_generation_ratio: float = 0.0
+    async_generation_ratio: float = ranged(0.0, ge=0)
     """Rollouts for step k may start while step k-1 trains; no sample is older than this many versions."""
     on_weight_update: Literal["partial", "discard", "wait"] = "partial"
     """In-flight generation at a weight update: partial (suspend and resume under the new weights),
     discard (restart the episode), wait (finish under the old weights)."""
-    get_batch_timeout_s: float = 1800.0
+    get_batch_timeout_s: float = ranged(1800.0, gt=0)
     """get_batch fails loudly when a batch cannot be filled within this time."""
-    max_inflight_per_worker: int = 64
+    max_inflight_per_worker: int = ranged(64, ge=1)
     """Router bound on outstanding requests per inference worker."""

@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional, Union
 from roll.config.algorithm import AlgorithmConfig, RewardNormConfig
 from roll.config.roles import GeneratingArgs, StrategyArgs, TrainingArgs, WorkerConfig
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
+from roll.config.validate import ranged
 
 __all__ = [
     "AlgorithmConfig", "RewardNormConfig", "GeneratingArgs", "StrategyArgs", "TrainingArgs",
@@ -24,7 +25,7 @@ class RayConfig:
 
     address: Optional[str] = None
     """null starts a local cluster; "auto" joins a running one (`ray start --head`); or "ray://host:port"."""
-    num_cpus: Optional[int] = None
+    num_cpus: Optional[int] = ranged(None, ge=1)
     """CPUs of a local cluster (null: all of this machine)."""
     namespace: str = "roll"
     """Ray namespace for the run's actors."""
@@ -39,9 +40,9 @@ class ResourcesConfig:
     device: Literal["auto", "gpu", "cpu"] = "auto"
     """auto: GPUs when the cluster has them, else the same ranks map onto CPU slots (a GPU YAML
     runs unchanged at tiny scale); gpu: require GPUs; cpu: always CPU slots."""
-    num_devices: Optional[int] = None
+    num_devices: Optional[int] = ranged(None, ge=1)
     """Pool size; null reads it from the Ray cluster (GPUs, or CPU slots on device=cpu/auto without GPUs)."""
-    cpus_per_device_slot: float = 0.0
+    cpus_per_device_slot: float = ranged(0.0, ge=0)
     """On CPU, Ray CPUs reserved by each device slot (0 lets tiny runs oversubscribe a laptop)."""
 
 
@@ -57,7 +58,7 @@ class TrackingConfig:
     """Directory for jsonl and tensorboard files (null: <output_dir>/logs)."""
     tracker_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments passed to the tracker backends (e.g. wandb entity, tags)."""
-    dump_trajectories: int = 4
+    dump_trajectories: int = ranged(4, ge=0)
     """Trajectories written as text samples per step (0 disables)."""
 
 
@@ -71,15 +72,15 @@ class RewardConfig:
     """Sample tags / domains routed to this reward."""
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the reward function."""
-    world_size: int = 1
+    world_size: int = ranged(1, ge=1)
     """Reward worker actors for this domain."""
-    timeout_s: float = 60.0
+    timeout_s: float = ranged(60.0, gt=0)
     """A sample whose reward takes longer is marked failed and counted."""
     judge: Optional[WorkerConfig] = None
     """For llm_judge: the judge model's inference role."""
-    max_concurrency: int = 8
+    max_concurrency: int = ranged(8, ge=1)
     """Samples one reward worker scores at once (each in its own thread)."""
-    max_hung_calls: int = 4
+    max_hung_calls: int = ranged(4, ge=1)
     """A reward worker holding this many timed-out calls that still run is restarted (its
     hung threads cannot be stopped otherwise)."""
     drop_uniform_groups: bool = False
@@ -97,7 +98,7 @@ class DataConfig:
     """Held-out files for validation."""
     domain_interleave_probs: dict[str, float] = field(default_factory=dict)
     """Sampling probability per domain/tag (RLVR)."""
-    max_prompt_length: int = 512
+    max_prompt_length: int = ranged(512, ge=1)
     """Prompts longer than this (tokens) are dropped and counted."""
     messages_key: str = "messages"
     """Field holding chat messages."""
@@ -105,12 +106,12 @@ class DataConfig:
     """Field holding a plain prompt (when there are no messages)."""
     tag_key: str = "tag"
     """Field holding the domain tag."""
-    num_epochs: int = 1
+    num_epochs: int = ranged(1, ge=1)
     """Passes over the data (SFT)."""
-    max_sampling_rounds: int = 3
+    max_sampling_rounds: int = ranged(3, ge=0)
     """Dynamic sampling (RLVR): rounds of prompt draws per step to refill groups that query
     filters dropped; after that the step trains on the groups it has (counted)."""
-    max_seq_length: int = 1024
+    max_seq_length: int = ranged(1024, ge=1)
     """SFT: conversations longer than this (tokens) are dropped and counted."""
     shuffle: bool = True
     """SFT: shuffle the examples every epoch (seeded)."""
@@ -130,23 +131,23 @@ class PipelineConfig:
     """Metrics, checkpoints, trajectory samples and the resolved config go here."""
     pretrain: str = "roll-tiny://tiny"
     """Default model for every role (a path, a hub id, or roll-tiny://tiny|small)."""
-    max_steps: int = 10
+    max_steps: int = ranged(10, ge=1)
     """Pipeline steps (one rollout batch + training each)."""
-    rollout_batch_size: int = 16
+    rollout_batch_size: int = ranged(16, ge=1)
     """Training samples per step (episodes in trajectory mode, prompts x group in RLVR)."""
-    val_batch_size: int = 16
+    val_batch_size: int = ranged(16, ge=1)
     """Episodes / prompts per validation round."""
-    save_steps: int = 0
+    save_steps: int = ranged(0, ge=0)
     """Checkpoint every N steps (0: only at the end)."""
-    eval_steps: int = 0
+    eval_steps: int = ranged(0, ge=0)
     """Validate every N steps (0: never during training)."""
-    logging_steps: int = 1
+    logging_steps: int = ranged(1, ge=0)
     """Log metrics every N steps."""
     resume_from_checkpoint: Union[bool, str] = False
     """true resumes from the latest checkpoint in output_dir; a path resumes from that checkpoint."""
-    max_ckpt_to_keep: int = 3
+    max_ckpt_to_keep: int = ranged(3, ge=0)
     """Older checkpoints are deleted (0 keeps all)."""
-    model_update_buffer_size_mb: int = 256
+    model_update_buffer_size_mb: int = ranged(256, ge=1)
     """Weight-sync bucket size."""
     deterministic: bool = False
     """Deterministic torch algorithms (for resume and invariance tests)."""

@@ -2,7 +2,8 @@
 
 Every problem is collected and reported at once, each with its full dotted path:
 unknown keys (with the closest valid key), wrong types (expected type and given value),
-missing required fields. ``dict[str, Any]`` fields are passed through untouched; that is how
+missing required fields, numbers outside the range a field declares (``ranged(...)``, shown
+in docs/config.md). ``dict[str, Any]`` fields are passed through untouched; that is how
 backend options under ``strategy_args`` reach their backend.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import textwrap
 import types
 import typing
@@ -33,6 +35,53 @@ class ConfigError(RollError, ValueError):
 
 
 MISSING = dataclasses.MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric config field (each optional); NaN is never inside a range."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def __str__(self) -> str:
+        low = f">= {self.ge:g}" if self.ge is not None else f"> {self.gt:g}" if self.gt is not None else ""
+        high = f"<= {self.le:g}" if self.le is not None else f"< {self.lt:g}" if self.lt is not None else ""
+        return " and ".join(p for p in (low, high) if p) or "any"
+
+    def contains(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
+
+
+def ranged(default: Any = MISSING, *, default_factory: Any = MISSING, ge: float | None = None, gt: float | None = None,
+           le: float | None = None, lt: float | None = None) -> Any:
+    """A dataclass field whose value (or each item of a list value; null always passes) must
+    lie in a range: ``lr: float = ranged(1e-6, gt=0)``."""
+    meta = {"range": Range(ge, gt, le, lt)}
+    if default_factory is not MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_range(f: dataclasses.Field) -> Range | None:
+    """The declared range of a config field, if any."""
+    return f.metadata.get("range") if f.metadata else None
+
+
+def _range_problem(rng: Range, value: Any, path: str) -> str | None:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for i, v in enumerate(items):
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not rng.contains(v):
+            where = f"{path}[{i}]" if isinstance(value, (list, tuple)) else path
+            return f"{where}: must be {rng}, got {v!r}"
+    return None
 
 
 def type_name(tp: Any) -> str:
@@ -149,7 +198,13 @@ def build_dataclass(cls: type, data: Any, path: str = "", errors: list[str] | No
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(fields)}"
             errors.append(f"{_join(path, key)}: unknown key{hint}")
             continue
+        n_before = len(errors)
         kwargs[key] = _convert(hints[key], value, _join(path, key), errors)
+        rng = field_range(fields[key])
+        if rng is not None and len(errors) == n_before:
+            problem = _range_problem(rng, kwargs[key], _join(path, key))
+            if problem:
+                errors.append(problem)
     for name, f in fields.items():
         if name in kwargs:
             continue
