@@ -27,6 +27,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+
+from common import write_section
 import roll.envs  # noqa: F401
 from roll.envs.agents import ExpertAgent, RandomAgent, run_episode
 from roll.envs.sokoban.generator import generate_room
@@ -290,20 +292,6 @@ def render_doc(gen: dict, steps: dict, agents: dict, gs: GymSokoban | None, args
     return "\n".join(lines)
 
 
-def write_section(section: str) -> None:
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    start = text.find("\n## envs\n")
-    if text.startswith("## envs\n"):
-        start = 0
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[: start + 1] + section + (text[end:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (< 60 s)")
@@ -321,8 +309,7 @@ def main(argv=None) -> int:
     agents = bench_agents(args.agent_seeds)
     seconds = time.perf_counter() - t0
     print(json.dumps({"generation": gen, "steps": steps, "agents": agents}, indent=1, default=str))
-    if not args.no_docs:
-        write_section(render_doc(gen, steps, agents, gs, args, seconds))
+    write_section(render_doc(gen, steps, agents, gs, args, seconds), quick=args.quick, no_docs=args.no_docs)
     result = {}
     for key, row in gen.items():
         result[f"gen_ms_ours_{key}"] = f"{row['ours_ms']:.3f}"

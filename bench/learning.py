@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from common import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 CFG = "configs/agentic/learning"
 SECTION = "## Learning"
@@ -401,23 +403,6 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
     return "\n".join(lines)
 
 
-def write_section(doc: Path, text: str) -> None:
-    """Replace the section of docs/benchmarks.md that ``text`` is (its first line is the
-    ``## `` header), or append it; other sections untouched. Shared by the benches."""
-    header = text.splitlines()[0].rstrip()
-    if not header.startswith("## "):
-        raise ValueError(f"a section starts with its '## ' header, got {header!r}")
-    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, l in enumerate(lines) if l.rstrip() == header), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    doc.write_text(new)
-
-
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the same chain, tiny (does not touch docs/)")
@@ -475,7 +460,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         figures += [f"multi_{t}_gain_pp={g['gain']:.1f}" for t, g in results["multi"]["algos"]["grpo"]["per_tag"].items()]
     result_line = "RESULT " + " ".join(figures)
     if docs is not None:
-        write_section(docs / "benchmarks.md", section_text(results, commands, result_line, "docs/learning_curves",
+        write_section(doc=docs / "benchmarks.md", quick=False, text=section_text(results, commands, result_line, "docs/learning_curves",
                                                              shlex.join(["python", "bench/learning.py", *(argv if argv is not None else sys.argv[1:])])))
     print(result_line)
     return 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 import torch
+
+from common import write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -167,11 +168,7 @@ def write_docs(rows: list[dict], args: argparse.Namespace, wall_s: float) -> Non
     lines += ["", ("Broadcast (disaggregated workers): buckets are flattened into a reused byte buffer and broadcast "
                    "over a dedicated gloo group (loopback TCP here, whose bandwidth rather than memcpy bounds this path), "
                    "then copied into the weights, with the staged pause and publish around it."), ""]
-    section = "\n".join(lines)
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
-    text = pattern.sub(section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    DOCS.write_text(text)
+    write_section("\n".join(lines), quick=args.quick)
 
 
 def main() -> int:
@@ -201,7 +198,7 @@ def main() -> int:
               f"colocated staged {r['staged_s'] * 1e3:.1f} ms ({r['staged_s'] / r['memcpy_s']:.2f}x), "
               f"broadcast {r['broadcast_s'] * 1e3:.1f} ms ({r['broadcast_s'] / r['memcpy_s']:.2f}x), logprob diff {r['max_logprob_diff']:.1e}")
     if not args.no_docs:
-        write_docs(rows, args, wall)
+        write_docs(rows, args, wall)  # a --quick run prints only (bench/common.py)
     result = {"wall_s": f"{wall:.0f}"}
     for r in rows:
         result[f"{r['size']}_colocated_ratio"] = f"{r['colocated_s'] / r['memcpy_s']:.2f}"

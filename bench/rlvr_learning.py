@@ -34,6 +34,8 @@ from typing import Any
 
 import yaml
 
+from common import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## RLVR"
 PROMPT = "What is {a} + {b}? Put the final answer in \\boxed{{}}."
@@ -186,17 +188,6 @@ def section(result: dict[str, Any], commands: list[str], result_line: str) -> st
     return "\n".join(lines)
 
 
-def write_section(doc: Path, text: str) -> None:
-    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    start = old.find(SECTION + "\n")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + (old[nxt + 1:] if nxt >= 0 else "")
-    doc.write_text(new.rstrip("\n") + "\n")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (start-up bound)")
@@ -247,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"acc_start_greedy={greedy[0][1]:.3f} acc_end_greedy={greedy[-1][1]:.3f} "
                    f"acc_start_sampled={sampled[0][1]:.3f} acc_end_sampled={sampled[-1][1]:.3f} "
                    f"rl_wall_s={rl_s:.0f} wall_s={sft_s + rl_s:.0f}")
-    if not args.no_docs:
-        write_section(ROOT / "docs" / "benchmarks.md", section(result, commands, result_line))
+    write_section(section(result, commands, result_line), quick=args.quick, no_docs=args.no_docs)
     print(result_line)
     return 0
 

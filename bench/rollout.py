@@ -32,7 +32,6 @@ import math
 import os
 import platform
 import random
-import re
 import statistics
 import sys
 import time
@@ -46,6 +45,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ROLL_LOG_LEVEL", "ERROR")
 
 import gymnasium
+
+from common import write_section
 
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
@@ -373,14 +374,7 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
             "batches, and trickling arrivals batch worse than lockstep ticks. The gain needs a continuous-batching "
             "engine (vLLM, SGLang), which the cost model stands for.",
         ]
-    section = "\n".join(lines) + "\n"
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## Rollout\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
-    if pattern.search(text):
-        text = pattern.sub(lambda m: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOCS.write_text(text)
+    write_section("\n".join(lines), quick=quick)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from common import write_section
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Train step"
@@ -89,8 +91,6 @@ def bench_model(size: str, rows: int, repeats: int) -> dict:
 
 
 def write_docs(rows: list[dict], args: argparse.Namespace, wall: float) -> None:
-    sys.path.insert(0, str(ROOT / "bench"))
-    from learning import write_section
 
     cmd = "python bench/train_step.py" + (" --quick" if args.quick else "")
     lines = [SECTION, "",
@@ -109,7 +109,7 @@ def write_docs(rows: list[dict], args: argparse.Namespace, wall: float) -> None:
               "width (128 for tiny), small where the transformer body dominates (small: width 384, 6 layers). "
               "Step-mode prompts are about 10 times their responses; trajectory-mode rows (a whole conversation, "
               "responses from the first turn on) keep most columns and gain little.", ""]
-    write_section(DOCS, "\n".join(lines))
+    write_section("\n".join(lines), quick=args.quick, no_docs=args.no_docs)
 
 
 def main(argv: list[str] | None = None) -> int:

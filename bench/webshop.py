@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import platform
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from common import write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -108,13 +109,6 @@ def run_agents(env, seeds: list[int]) -> dict[str, float]:
     return out
 
 
-def write_docs(text: str) -> None:
-    old = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.M | re.S)
-    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    DOCS.write_text(new)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="100 goals instead of 500")
@@ -147,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_docs:
         mode = "--quick, 100 goals" if args.quick else "500 test goals"
-        write_docs(f"""{SECTION}
+        write_section(f"""{SECTION}
 
 `python bench/webshop.py` ({mode}; {platform.processor() or platform.machine()}, Python {platform.python_version()}).
 
@@ -159,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 | expert agent (`expert_plan`), test split | success (reward 1.0) {agents['expert_success']:.1%}, mean reward {agents['expert_reward']:.3f}, {agents['expert_steps']:.1f} steps |
 | random agent (uniform over `valid_actions`), test split | success {agents['random_success']:.1%}, mean reward {agents['random_reward']:.4f}, {agents['random_steps']:.1f} steps |
 
-""")
+""", quick=args.quick)
     print(f"RESULT episode_ms={ep_mean:.3f} episode_p95_ms={ep_p95:.3f} search_speedup_vs_bm25s={t_ref / t_ours:.2f} "
           f"expert_success={agents['expert_success']:.4f} random_success={agents['random_success']:.4f} "
           f"random_reward={agents['random_reward']:.4f} goals={n}")

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def bench():
+    sys.path.insert(0, str(ROOT / "bench"))  # the benches import bench/common.py as `common`
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "bench" / "learning.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there
@@ -79,24 +80,6 @@ def test_curves_gains_and_plot(bench, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="step 0"):
         bench.gains(bench.curves(_rows("FrozenLake")[1:], "FrozenLake"))
-
-
-def test_write_section_replaces_only_its_own(bench, tmp_path):
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\n## A\n\na text\n\n## Learning\n\nold\n\n## B\n\nb text\n")
-    bench.write_section(doc, "## Learning\n\nnew numbers\n")
-    text = doc.read_text()
-    assert "old" not in text and "new numbers" in text and "a text" in text and "b text" in text
-    assert text.index("## A") < text.index("## Learning") < text.index("## B")
-    fresh = tmp_path / "none.md"
-    bench.write_section(fresh, "## Learning\n\nx\n")
-    assert fresh.read_text().startswith("# Benchmarks") and "## Learning" in fresh.read_text()
-    # another bench's section (bench/train_step.py uses this writer) replaces its own only
-    bench.write_section(doc, "## B\n\nnew b\n")
-    text = doc.read_text()
-    assert "new numbers" in text and "new b" in text and "b text" not in text
-    with pytest.raises(ValueError):
-        bench.write_section(doc, "no header\n")
 
 
 def test_section_text_has_table_commands_and_result(bench):

@@ -1,0 +1,66 @@
+"""bench/common.py: one section writer for docs/benchmarks.md that a --quick run never calls
+through to the file, the RESULT line, and every bench using them."""
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in ("common.py", "__main__.py", "gpu_check.py"))
+
+
+@pytest.fixture(scope="module")
+def common():
+    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "common.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_write_section_replaces_only_its_own(common, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## A\n\na text\n\n## Learning\n\nold\n\n## B\n\nb text\n")
+    assert common.write_section("## Learning\n\nnew numbers\n", quick=False, doc=doc)
+    text = doc.read_text()
+    assert "old" not in text and "new numbers" in text and "a text" in text and "b text" in text
+    assert text.index("## A") < text.index("## Learning") < text.index("## B")
+    fresh = tmp_path / "none.md"
+    common.write_section("## Learning\n\nx\n", quick=False, doc=fresh)
+    assert fresh.read_text().startswith("# Benchmarks") and "## Learning" in fresh.read_text()
+    common.write_section("## B\n\nnew b\n", quick=False, doc=doc)
+    text = doc.read_text()
+    assert "new numbers" in text and "new b" in text and "b text" not in text
+    with pytest.raises(ValueError):
+        common.write_section("no header\n", quick=False, doc=doc)
+
+
+def test_quick_and_no_docs_runs_never_write(common, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Rollout\n\nfull-run table\n")
+    assert not common.write_section("## Rollout\n\nsmall numbers\n", quick=True, doc=doc)
+    assert not common.write_section("## Rollout\n\nsmall numbers\n", quick=False, no_docs=True, doc=doc)
+    assert doc.read_text() == "# Benchmarks\n\n## Rollout\n\nfull-run table\n"
+
+
+def test_result_line(common):
+    assert common.result_line({"a": 1, "b": 0.123456, "c": "x"}) == "RESULT a=1 b=0.1235 c=x"
+    with pytest.raises(ValueError):
+        common.result_line({"bad key": 1})
+
+
+@pytest.mark.parametrize("path", BENCHES, ids=lambda p: p.stem)
+def test_every_bench_writes_docs_only_through_the_shared_writer(path):
+    src = path.read_text()
+    tree = ast.parse(src)
+    # no bench opens docs/benchmarks.md itself
+    assert not re.search(r"DOCS?\.write_text|benchmarks\.md\"\)\.write_text", src), path.name
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "write_section"]
+    assert calls, f"{path.name} never writes its docs section"
+    for call in calls:
+        kw = {k.arg for k in call.keywords}
+        assert "quick" in kw, f"{path.name}:{call.lineno}: write_section without quick="
+    # --quick is an option of every bench
+    assert '"--quick"' in src, path.name
