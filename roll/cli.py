@@ -2,13 +2,26 @@
 
 Subcommands load their implementations lazily by entry-point string, so `roll/` never
 imports `envs/` or `pipelines/` code statically (a test enforces that).
+
+Failures: an expected one (a :class:`roll.errors.RollError`: config, registry, data, worker,
+checkpoint, run errors, also inside a Ray task error; or an OSError about a path, such as a
+full disk or an unwritable directory) is one message on stderr and an exit code (2 for
+config and registry errors). ``roll run`` also writes ``<output_dir>/run.log``: the driver's
+log lines and the traceback of any failure; the traceback reaches the console only with
+``--verbose`` (which also sets ``ROLL_VERBOSE=1`` for the run's own console output). An
+unexpected exception (a bug) is printed with its traceback.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import errno
 import importlib
+import logging
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 from roll import __version__
@@ -17,37 +30,95 @@ from roll.errors import RollError, unwrap
 from roll.registry import REGISTRIES, RegistryError, load_entry_point
 
 ENVS_PACKAGE = "roll.envs"
+RUN_LOG = "run.log"
+#: errno values of an OSError that is the user's environment, not a bug (full disk, permissions, ...)
+_PATH_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+                errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.EMFILE, errno.ENFILE}
 
 
 def _import_envs() -> None:
     importlib.import_module(ENVS_PACKAGE)
 
 
+def _import_modules(modules: list[str]) -> None:
+    """Import user modules (``--import``); a failure is a config error naming the module."""
+    problems = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # user code: report it like any config problem
+            problems.append(f"--import {module}: cannot import it: {type(e).__name__}: {e}")
+    if problems:
+        raise ConfigError(problems)
+
+
 def _load(args: argparse.Namespace):
     from roll.config import load_config
 
-    cfg = load_config(args.config, args.overrides)
-    for module in cfg.imports:
-        importlib.import_module(module)
-    return cfg
+    return load_config(args.config, args.overrides)
+
+
+class _RunLog:
+    """``<output_dir>/run.log``: the driver's log lines (the ``roll`` loggers) and the traceback
+    of a failure. Appends, so a resumed run keeps the log of the runs before it."""
+
+    def __init__(self, output_dir: str):
+        from roll.utils.logging import LOG_FORMAT, setup_logging
+
+        setup_logging()
+        self.path = Path(output_dir).expanduser().resolve() / RUN_LOG
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handler = logging.FileHandler(self.path, encoding="utf-8")
+        self.handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
+        logging.getLogger("roll").addHandler(self.handler)
+        self.write(f"==== roll {__version__}: {' '.join(sys.argv)} (pid {os.getpid()}, "
+                   f"{datetime.datetime.now().isoformat(timespec='seconds')})\n")
+
+    def write(self, text: str) -> None:
+        self.handler.acquire()
+        try:
+            self.handler.stream.write(text)
+            self.handler.flush()
+        finally:
+            self.handler.release()
+
+    def close(self, exc: BaseException | None = None) -> None:
+        if exc is not None:
+            self.write("run failed:\n" + "".join(traceback.format_exception(exc)))
+        else:
+            self.write("run finished\n")
+        logging.getLogger("roll").removeHandler(self.handler)
+        self.handler.close()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from roll.config.preflight import check
     from roll.registry import PIPELINES
 
+    if args.verbose:
+        os.environ["ROLL_VERBOSE"] = "1"  # the hook for the run's console output
     cfg = _load(args)
-    if cfg.ray.address is None:  # a local cluster is this machine: check the plan before starting anything
-        load_entry_point("roll.distributed.resource_pool:validate_plan")(cfg)
-    pipeline_cls = PIPELINES.get(cfg.pipeline)
-    pipeline = pipeline_cls(cfg)
-    pipeline.run()
+    # a local cluster is this machine, so its placement can be checked before anything starts;
+    # a remote cluster's is checked by the pipeline once connected
+    check(cfg, placement=cfg.ray.address is None)
+    log = _RunLog(cfg.output_dir)
+    args.run_log = log.path
+    try:
+        pipeline = PIPELINES.get(cfg.pipeline)(cfg)
+        pipeline.run()
+    except BaseException as e:
+        log.close(e)
+        raise
+    log.close()
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from roll.config.preflight import preflight
+
     plan_fn = load_entry_point("roll.distributed.resource_pool:print_plan")
     cfg = _load(args)
-    return 0 if plan_fn(cfg) else 1
+    return 0 if plan_fn(cfg, problems=preflight(cfg)) else 1
 
 
 def cmd_model_tiny(args: argparse.Namespace) -> int:
@@ -57,13 +128,18 @@ def cmd_model_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env_rows() -> list[tuple[str, str, str]]:
+def _env_rows(imports: list[str] = ()) -> list[tuple[str, str, str]]:
+    """roll's envs, text envs, and every env the ``imports`` modules register."""
     import gymnasium
 
     _import_envs()
+    before = set(gymnasium.registry)
+    _import_modules(list(imports))
+    added = set(gymnasium.registry) - before
     rows = []
     for env_id, spec in sorted(gymnasium.registry.items()):
-        if spec.namespace != "roll" and not getattr(spec, "kwargs", {}).get("text_env", False):
+        text_env = (getattr(spec, "kwargs", None) or {}).get("text_env", False)
+        if spec.namespace != "roll" and not text_env and env_id not in added:
             continue
         entry = spec.entry_point if isinstance(spec.entry_point, str) else repr(spec.entry_point)
         kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(spec.kwargs.items()))
@@ -78,24 +154,48 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
     table = Table(title="registered environments")
     for col in ("id", "entry point", "kwargs"):
         table.add_column(col)
-    for row in _env_rows():
+    for row in _env_rows(args.imports):
         table.add_row(*row)
     Console().print(table)
     return 0
 
 
+def cmd_envs_check(args: argparse.Namespace) -> int:
+    _import_envs()
+    _import_modules(args.imports)
+    from roll.envs.checker import EnvCheckError, check_text_env
+
+    kwargs = _kwargs(args.kwargs)
+    try:
+        report = check_text_env(args.env_id, env_kwargs=kwargs, episodes=args.episodes)
+    except EnvCheckError as e:
+        print(f"FAILED {e}")
+        return 1
+    for name in report.passed:
+        print(f"ok    {name}")
+    for note in report.notes:
+        print(f"note  {note}")
+    print(f"{args.env_id} passed the text-env checks")
+    return 0
+
+
+def _kwargs(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    kwargs: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError([f"--kwargs {item!r} must look like key=value"])
+        kwargs[key] = yaml.safe_load(value)
+    return kwargs
+
+
 def cmd_envs_play(args: argparse.Namespace) -> int:
     _import_envs()
-    for module in args.imports:
-        importlib.import_module(module)
+    _import_modules(args.imports)
     play = load_entry_point("roll.envs.play:play")
-    kwargs: dict[str, Any] = {}
-    for item in args.kwargs:
-        import yaml
-
-        key, _, value = item.partition("=")
-        kwargs[key] = yaml.safe_load(value)
-    return play(args.env_id, seed=args.seed, env_kwargs=kwargs) or 0
+    return play(args.env_id, seed=args.seed, env_kwargs=_kwargs(args.kwargs)) or 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -109,7 +209,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if kind == "envs":
             table.add_column("id")
             table.add_column("entry point")
-            for env_id, entry, _ in _env_rows():
+            for env_id, entry, _ in _env_rows(args.imports):
                 table.add_row(env_id, entry)
         elif kind in REGISTRIES:
             table.add_column("id")
@@ -142,8 +242,13 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_check_parity(args: argparse.Namespace) -> int:
+    from roll.config.preflight import import_user_modules
+
     check = load_entry_point("roll.distributed.parity:main")
     cfg = _load(args)
+    problems = import_user_modules(cfg)
+    if problems:
+        raise ConfigError(problems)
     return check(cfg)
 
 
@@ -155,11 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("config", help="pipeline YAML")
         p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. actor_train.training_args.lr=1e-5")
 
-    p = sub.add_parser("run", help="run a pipeline")
+    p = sub.add_parser("run", help="run a pipeline (after the same pre-flight as plan)")
     with_config(p)
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print the traceback of a failure on the console too (it is always in OUTPUT_DIR/run.log)")
     p.set_defaults(fn=cmd_run)
 
-    p = sub.add_parser("plan", help="print placement and batch arithmetic; fail on problems")
+    p = sub.add_parser("plan", help="pre-flight checks, placement and batch arithmetic; fail on problems (no Ray)")
     with_config(p)
     p.set_defaults(fn=cmd_plan)
 
@@ -174,7 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="environments")
     esub = p.add_subparsers(dest="envs_command", required=True)
     e = esub.add_parser("list", help="list registered environments with their kwargs")
+    e.add_argument("--import", dest="imports", nargs="*", default=[], help="modules that register envs (shown too)")
     e.set_defaults(fn=cmd_envs_list)
+    e = esub.add_parser("check", help="run the text-env checker on an environment")
+    e.add_argument("env_id")
+    e.add_argument("--kwargs", nargs="*", default=[], help="env kwargs as key=value")
+    e.add_argument("--import", dest="imports", nargs="*", default=[], help="modules that register envs")
+    e.add_argument("--episodes", type=int, default=3, help="full episodes per kind of play (random, garbage, mixed)")
+    e.set_defaults(fn=cmd_envs_check)
     e = esub.add_parser("play", help="play an environment in the terminal")
     e.add_argument("env_id")
     e.add_argument("--seed", type=int, default=0)
@@ -184,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list registry entries")
     p.add_argument("kind", nargs="?", help=f"envs or one of: {', '.join(REGISTRIES)}")
+    p.add_argument("--import", dest="imports", nargs="*", default=[], help="modules that register envs or entries")
     p.set_defaults(fn=cmd_list)
 
     p = sub.add_parser("check", help="correctness checks")
@@ -203,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="HTML file to write (default RUN_DIR/report.html)")
     p.add_argument("--serve", action="store_true", help="serve the report on localhost")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--max-steps", type=int, default=40,
+                   help="steps whose trajectories the report includes, spread over the run (0: all)")
     p.set_defaults(fn=cmd_view)
 
     p = sub.add_parser("plot", help="redraw a run's PNG learning curves into RUN_DIR/plots/")
@@ -214,17 +331,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def expected_failure(exc: BaseException) -> BaseException | None:
+    """The expected failure inside ``exc`` (a RollError, or an OSError about a path), or None."""
+    found = unwrap(exc)
+    if isinstance(found, RollError):
+        return found
+    cur: BaseException | None = exc
+    for _ in range(8):
+        if cur is None:
+            break
+        if isinstance(cur, OSError) and (cur.errno in _PATH_ERRNOS or cur.filename is not None):
+            return cur
+        cur = getattr(cur, "cause", None) or cur.__cause__
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, RollError):
+        where = f" {exc.filename}" if exc.filename is not None else ""
+        return f"I/O error{where}: {exc.strerror or exc}"
+    return str(exc)
+
+
+def exit_code(exc: BaseException) -> int:
+    if isinstance(exc, (ConfigError, RegistryError)):
+        return 2
+    return exc.exit_code if isinstance(exc, RollError) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     args = build_parser().parse_args(argv)
+    verbose = getattr(args, "verbose", False)
     try:
         return args.fn(args)
     except Exception as e:
-        expected = unwrap(e)
-        if not isinstance(expected, RollError):
-            raise
-        print(f"roll: {expected}", file=sys.stderr)
-        return 2 if isinstance(expected, (ConfigError, RegistryError)) else expected.exit_code
+        expected = expected_failure(e)
+        if expected is None:
+            raise  # a bug: the full traceback is what is needed
+        if verbose:
+            traceback.print_exception(e, file=sys.stderr)
+        print(f"roll: {_message(expected)}", file=sys.stderr)
+        log = getattr(args, "run_log", None)
+        if log is not None:
+            print(f"roll: the traceback and the run's log are in {log}", file=sys.stderr)
+        return exit_code(expected)
     except KeyboardInterrupt:
         print("roll: interrupted", file=sys.stderr)
         return 130

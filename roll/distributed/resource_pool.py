@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,15 +93,11 @@ class PoolInfo:
 
 def read_pool_info(num_cpus_hint: int | None = None) -> PoolInfo:
     """From the connected Ray cluster, else from this machine (``roll plan`` starts no cluster)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            nodes = [n for n in ray.nodes() if n.get("Alive")]
-            return PoolInfo([int(n["Resources"].get("GPU", 0)) for n in nodes],
-                            [float(n["Resources"].get("CPU", 0)) for n in nodes], f"ray cluster ({len(nodes)} nodes)")
-    except ImportError:  # planning works without ray installed
-        pass
+    ray = sys.modules.get("ray")  # a connected driver has imported it; `roll plan` never does
+    if ray is not None and ray.is_initialized():
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        return PoolInfo([int(n["Resources"].get("GPU", 0)) for n in nodes],
+                        [float(n["Resources"].get("CPU", 0)) for n in nodes], f"ray cluster ({len(nodes)} nodes)")
     try:
         import torch
 
@@ -248,12 +245,48 @@ def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles:
     placed = [r for r in plan.roles.values() if r.on_device_slots]
     for a in placed:
         a.colocated_with = [b.role for b in placed if b is not a and set(a.slots) & set(b.slots)]
+    errors.extend(_memory_fraction_problems(plan, roles))
     cpu_demand = sum(r.num_workers * r.num_cpus_per_worker for r in plan.roles.values() if not r.on_device_slots)
     cpu_demand += (pool_size if not use_gpu else len({s for r in placed for s in r.slots})) * max(resources.cpus_per_device_slot, 0)
     if cpu_demand > pool.num_cpus:
         plan.warnings.append(f"the plan reserves {cpu_demand:g} CPUs, {pool.source} has {pool.num_cpus:g}: Ray will wait for "
                              f"resources and the launch fails after its placement timeout")
     return plan
+
+
+#: the engine option holding the share of each GPU's memory an inference engine reserves, and
+#: its default when unset (None: the engine sizes it itself, so nothing can be summed)
+MEMORY_FRACTION_OPTIONS = {"vllm": ("gpu_memory_utilization", 0.9), "sglang": ("mem_fraction_static", None)}
+
+
+def _memory_fraction_problems(plan: Plan, roles: dict[str, Any]) -> list[str]:
+    """Inference engines that share a device each reserve a fixed share of its memory at
+    start-up: shares adding up past 1.0 make the last engine to start fail (out of memory)."""
+    errors: list[str] = []
+    shares: dict[str, tuple[str, float]] = {}
+    for name, placement in plan.roles.items():
+        option = MEMORY_FRACTION_OPTIONS.get(placement.strategy)
+        if option is None or not placement.on_device_slots or name not in roles:
+            continue
+        key, default = option
+        value = roles[name].strategy_args.strategy_config.get(key, default)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            errors.append(f"{name}.strategy_args.strategy_config.{key}: must be a share of the device memory in (0, 1], got {value!r}")
+            continue
+        shares[name] = (key, float(value))
+    by_slots: dict[tuple[str, ...], list[int]] = {}
+    for slot in range(plan.pool_size):
+        users = tuple(n for n in shares if slot in plan.roles[n].slots)
+        if sum(shares[n][1] for n in users) > 1.0 + 1e-9:
+            by_slots.setdefault(users, []).append(slot)
+    for users, slots in by_slots.items():
+        parts = " + ".join(f"{n} {shares[n][1]:g} ({shares[n][0]})" for n in users)
+        total = sum(shares[n][1] for n in users)
+        errors.append(f"device slots {format_ranks(slots)}: colocated inference engines reserve {parts} = {total:g} of "
+                      f"the device memory, more than 1.0; lower their fractions so they add up to at most 1.0")
+    return errors
 
 
 def _config_roles(cfg: Any) -> tuple[dict[str, Any], dict[str, tuple[int, float]]]:
@@ -349,12 +382,14 @@ def validate_plan(cfg: Any, pool: PoolInfo | None = None) -> Plan:
     return plan
 
 
-def print_plan(cfg: Any, pool: PoolInfo | None = None) -> bool:
-    """``roll plan``: print the placement table and batch arithmetic; False if the plan is invalid."""
+def print_plan(cfg: Any, pool: PoolInfo | None = None, problems: list[str] | tuple[str, ...] = ()) -> bool:
+    """``roll plan``: print the placement table and batch arithmetic; False if the plan is
+    invalid. ``problems`` (the pre-flight's) are listed first among the plan's own."""
     from rich.console import Console
     from rich.table import Table
 
     plan = make_plan(cfg, pool)
+    plan.errors[:0] = list(problems)
     console = Console()
     console = Console(width=max(console.width, 150))  # a placement table folded into 80 columns is unreadable
     virtual = " (virtual CPU slots: ranks map onto this machine's CPUs)" if plan.virtual_slots else ""

@@ -45,7 +45,8 @@ actor_infer:
 reference:
   device_mapping: "0-7"
   strategy_args: {strategy_name: torch_train}
-train_env_manager: {group_size: 4, num_env_workers: 2}
+train_env_manager: {group_size: 4, num_env_workers: 2, tags: [lake]}
+custom_envs: {lake: {env_id: roll/FrozenLake-v0}}
 """
 
 
