@@ -19,6 +19,7 @@ from roll.config.validate import ConfigError
 from roll.rollout.scheduler import RolloutBatch
 from roll.rollout.service import ThreadedScheduler, build_rollout_scheduler
 from roll.utils.logging import get_logger
+from roll.viewer.records import agentic_records, log_records, write_step
 from roll.workers.base import resolve_model
 
 from roll.pipelines.base import BasePipeline
@@ -102,18 +103,18 @@ class AgenticPipeline(BasePipeline):
             return self.train_scheduler.get_batch(self.cfg.rollout_batch_size)
 
     def dump_trajectories(self, step: int, rollout: RolloutBatch) -> None:
+        """Up to ``tracking.dump_trajectories`` episodes (whole groups) with their turns,
+        advantages and token view to ``trajectories/step-NNNNNN.jsonl.gz`` (schema:
+        roll/viewer/records.py), as text to the trackers and as a table to those taking one."""
         n = self.cfg.tracking.dump_trajectories
         if n <= 0 or not rollout.trajectories:
             return
-        texts = []
-        for t in rollout.trajectories[:n]:
-            body = self.tokenizer.decode(t.input_ids, skip_special_tokens=False)
-            texts.append(f"## {t.episode_id} tag={t.env_tag} return={t.episode_return:.3f} success={t.success}\n{body}\n")
-        text = "\n".join(texts)
-        path = self.output_dir / "trajectories" / f"step-{step + 1:06d}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        self.tracker.log_text("rollout/trajectories", text, step=step + 1)
+        batch = rollout.batch
+        advantages = batch.tensors.get("advantages") if batch is not None else None
+        trained = batch.tensors.get("response_mask") if advantages is not None else None
+        records = agentic_records(step + 1, rollout.trajectories, n, self.tokenizer, advantages, trained)
+        write_step(self.output_dir, step + 1, records)
+        log_records(self.tracker, records, step=step + 1)
 
     # ================================================================ validation
     def validate(self, step: int) -> dict[str, float]:

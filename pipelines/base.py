@@ -226,6 +226,22 @@ class BasePipeline:
             self.shutdown()
             if self.tracker is not None:
                 self.tracker.finish()
+            self.write_plots()
+
+    def write_plots(self) -> None:
+        """PNG learning curves in ``<output_dir>/plots`` (``roll plot`` redraws them), also
+        after a failed run, whose curves help find the failure. A plotting problem is logged,
+        never raised: the run's own result or error stands."""
+        try:
+            from roll.viewer.plots import write_plots
+
+            written = write_plots(self.output_dir)
+        except Exception as e:  # see the docstring; the message says how to retry
+            logger.warning("could not write plots into %s: %s: %s (retry with: roll plot %s)",
+                           self.output_dir / "plots", type(e).__name__, e, self.output_dir)
+            return
+        if written:
+            logger.info("learning curves: %s (HTML report: roll view %s)", written[0].parent, self.output_dir)
 
     def status_line(self, metrics: dict[str, float]) -> str:
         return ""

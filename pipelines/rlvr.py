@@ -37,6 +37,7 @@ from roll.data.rlvr import DomainSampler, PromptSample, load_prompts
 from roll.rollout.router import Router
 from roll.strategies.base import GenerationRequest
 from roll.utils.logging import get_logger
+from roll.viewer.records import log_records, pick_groups, rlvr_record, write_step
 from roll.workers.base import resolve_model
 from roll.workers.inference import InferenceWorker
 from roll.workers.reward import RewardClient, RewardResult, RewardWorker
@@ -100,6 +101,8 @@ class RLVRPipeline(BasePipeline):
         self.policy: PolicyTrainer | None = None
         self.loop: LoopThread | None = None
         self.data_metrics: dict[str, float] = {}
+        self.dump_source: tuple[list[Response], list[Response]] = ([], [])
+        """This step's (generated, batch samples) for ``dump_samples``."""
 
     # ================================================================ setup
     def setup(self) -> None:
@@ -178,6 +181,7 @@ class RLVRPipeline(BasePipeline):
         if batch is None:
             logger.warning("step %d: no usable responses (all failed or filtered); skipping training", step)
             metrics["rollout/empty_batch"] = 1.0
+            self.dump_samples(step, None)
             return metrics
         policy = self.policy
         metrics.update(policy.reference_logprobs(batch))
@@ -186,6 +190,7 @@ class RLVRPipeline(BasePipeline):
         metrics.update(policy.advantages(batch))
         metrics.update(policy.train_critic(batch))
         metrics.update(policy.train_actor(batch))
+        self.dump_samples(step, batch)
         return metrics
 
     def sync_weights(self, step: int) -> dict[str, float]:
@@ -222,8 +227,8 @@ class RLVRPipeline(BasePipeline):
         metrics["rollout/groups_short"] = float(max(0, need - len(kept)))
         with self.timer("reward_health"):
             metrics.update(self.rewards.restart_hung_workers())
-        self.dump_samples(step, generated)
         samples = [r for g in kept for r in g if r.reward.failed is None and r.output_ids]
+        self.dump_source = (generated, samples)  # dumped after the advantages (train_step)
         metrics["rollout/batch_samples"] = float(len(samples))
         return (self.build_batch(samples) if samples else None), metrics
 
@@ -337,23 +342,32 @@ class RLVRPipeline(BasePipeline):
         out[f"{prefix}reward/failed"] = float(len(responses) - len(valid))
         return out
 
-    def dump_samples(self, step: int, responses: list[Response]) -> None:
+    def dump_samples(self, step: int, batch: Batch | None) -> None:
+        """Up to ``tracking.dump_trajectories`` responses of this step (whole groups, one per
+        domain first; also failed and filtered ones) to ``trajectories/step-NNNNNN.jsonl.gz``
+        as one-turn trajectories (schema: roll/viewer/records.py), with the advantages of those
+        that entered ``batch``; as text to the trackers and as a table to those taking one."""
         n = self.cfg.tracking.dump_trajectories
-        if n <= 0 or not responses:
+        generated, samples = self.dump_source
+        self.dump_source = ([], [])
+        if n <= 0 or not generated:
             return
-        picked, seen = [], set()
-        for r in responses:  # one per domain first, then the rest
-            if r.tag not in seen:
-                seen.add(r.tag)
-                picked.append(r)
-        picked += [r for r in responses if r not in picked][: max(0, n - len(picked))]
-        text = "\n".join(
-            f"## {r.group_id} tag={r.tag} score={r.reward.score:.3f} failed={r.reward.failed} {r.reward.error}\n"
-            f"PROMPT: {r.prompt.sample.prompt_text}\nRESPONSE: {r.text}\n" for r in picked[:max(n, len(seen))])
-        path = self.output_dir / "trajectories" / f"step-{step + 1:06d}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        self.tracker.log_text("rollout/trajectories", text, step=step + 1)
+        row_of = {id(r): i for i, r in enumerate(samples)}
+        index_in_group: dict[str, int] = {}
+        indices = []
+        for r in generated:  # a group's responses are consecutive, in request order
+            indices.append(index_in_group.get(r.group_id, 0))
+            index_in_group[r.group_id] = indices[-1] + 1
+        advantages = batch.tensors.get("advantages") if batch is not None else None
+        records = []
+        for k in pick_groups([r.group_id for r in generated], [r.tag for r in generated], n):
+            r = generated[k]
+            row = row_of.get(id(r))
+            adv = advantages[row].tolist() if advantages is not None and row is not None else None
+            trained = None if advantages is None else (row is not None and bool(batch["response_mask"][row].any()))
+            records.append(rlvr_record(step + 1, r, indices[k], self.tokenizer, adv, trained, self.policy.version))
+        write_step(self.output_dir, step + 1, records)
+        log_records(self.tracker, records, step=step + 1)
 
     # ================================================================ validation
     def validate(self, step: int) -> dict[str, float]:

@@ -18,6 +18,7 @@ from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.data.chat import ChatTemplateError, tokenize_conversation
 from roll.utils.logging import get_logger
+from roll.viewer.records import log_records, sft_record, write_step
 from roll.workers.actor import ActorWorker
 from roll.workers.base import resolve_model
 
@@ -120,7 +121,9 @@ class SFTPipeline(BasePipeline):
         return out
 
     def train_step(self, step: int) -> dict[str, float]:
-        batch = collate(self.next_examples(self.cfg.rollout_batch_size), self.pad_id)
+        examples = self.next_examples(self.cfg.rollout_batch_size)
+        self.dump_samples(step, examples)
+        batch = collate(examples, self.pad_id)
         multiple = self.actor_train.world_size * self.cfg.actor_train.training_args.per_device_train_batch_size
         batch, _ = batch.pad_rows_to_multiple(multiple)
         with self.timer("train"):
@@ -128,6 +131,17 @@ class SFTPipeline(BasePipeline):
         metrics = results if isinstance(results, dict) else {k: float(np.mean([r[k] for r in results])) for k in results[0]}
         metrics["data/epoch"] = float(self.epoch + self.cursor / max(1, len(self.order)))
         return metrics
+
+    def dump_samples(self, step: int, examples: list[tuple[list[int], list[int]]]) -> None:
+        """The first ``tracking.dump_trajectories`` conversations of the step to
+        ``trajectories/step-NNNNNN.jsonl.gz`` in the trajectory schema (roll/viewer/records.py;
+        turns are the loss mask's spans), and as a table to the trackers that take one."""
+        n = self.cfg.tracking.dump_trajectories
+        if n <= 0:
+            return
+        records = [sft_record(step + 1, i, ids, mask, self.tokenizer) for i, (ids, mask) in enumerate(examples[:n])]
+        write_step(self.output_dir, step + 1, records)
+        log_records(self.tracker, records, step=step + 1, text=False)  # SFT data is no news on the console
 
     def validate(self, step: int) -> dict[str, float]:
         if not self.val:

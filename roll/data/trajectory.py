@@ -82,6 +82,9 @@ class Trajectory:
     """Per-episode measurements (invalid action rate, time in generation/env/waiting, ...)."""
     messages: list[dict[str, str]] = field(default_factory=list)
     """The conversation as text (for logging and trajectory dumps only; never re-tokenized)."""
+    turn_actions: list[dict[str, Any]] = field(default_factory=list)
+    """Per turn: what the env parsed from the model text (``actions``, ``valid``, ``error``);
+    for trajectory dumps only."""
 
     def check(self) -> None:
         n = len(self.input_ids)

@@ -105,6 +105,7 @@ class EnvManager:
         self.turn_versions: list[int] = []
         self.turn_rewards: list[float] = []
         self.messages: list[dict[str, str]] = []
+        self.turn_actions: list[dict] = []  # per turn: the env's parse of the model text (dumps only)
         self.step_samples: list[Trajectory] = []
         self.last_output: list[int] = []
         self.observation = ""
@@ -230,6 +231,9 @@ class EnvManager:
             self.step_samples[-1].turn_rewards = [float(reward)]
         self.success = bool(info.get("success", self.success))
         self.invalid_actions += 0 if info.get("action_is_valid", True) else 1
+        self.turn_actions.append({"actions": [str(a) for a in info.get("actions") or []],
+                                  "valid": bool(info.get("action_is_valid", True)),
+                                  "error": str(info.get("parse_error") or info.get("error") or "")})
         self.effective_actions += 1 if info.get("action_is_effective", False) else 0
         self.observation = str(obs)
         if terminated or truncated or self.turn >= self.cfg.max_turns:
@@ -273,7 +277,7 @@ class EnvManager:
             num_turns=self.turn, terminated=self.terminated, truncated=self.truncated,
             failure=self.failure, failure_detail=self.failure_detail, env_tag=self.spec.tag,
             env_id=self.cfg.env_id, group_id=self.spec.group_id, env_seed=self.spec.env_seed,
-            episode_id=self.spec.episode_id, metrics=metrics,
+            episode_id=self.spec.episode_id, metrics=metrics, turn_actions=list(self.turn_actions),
         )
         if self.step_mode and self.failure is None:
             # an unfinished last turn (context limit before the env step) has no reward yet
@@ -282,6 +286,7 @@ class EnvManager:
                 for k, v in common.items():
                     if k not in ("metrics",):
                         setattr(s, k, v)
+                s.messages = self.messages  # one shared list: the episode's text, for dumps
                 s.metrics = dict(metrics)
             return samples
         traj = Trajectory(

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 IsolationMode = Literal["auto", "userns", "root"]
+ResourceControl = Literal["cgroup", "rlimit"]
 
 
 @dataclass
@@ -14,14 +15,17 @@ class SandboxConfig:
     timeout_s: float = 10.0
     """Wall-clock limit of one execution; the whole sandbox is killed when it passes."""
     cpu_time_s: float = 5.0
-    """CPU-time limit (RLIMIT_CPU, rounded up to whole seconds) of each process in the sandbox."""
+    """CPU time of the whole run (every process, counted by the sandbox's init, or by the run's
+    cgroup), and of each process (RLIMIT_CPU, rounded up to whole seconds)."""
     memory_mb: int = 512
-    """Address-space limit (RLIMIT_AS) of each process, in MiB. Without cgroups the memory of a
-    whole execution is bounded by max_processes x memory_mb."""
+    """Address-space limit (RLIMIT_AS) of each process, in MiB; with a cgroup, also the memory of
+    the whole run (memory.max = memory_mb + tmpfs_mb). Without one, the memory of a whole
+    execution is bounded by max_processes x memory_mb (plus tmpfs_mb of files)."""
     file_size_mb: int = 16
     """Largest file a process may write (RLIMIT_FSIZE), in MiB."""
     max_processes: int = 16
-    """Processes and threads the sandbox user may hold at once (RLIMIT_NPROC)."""
+    """Processes and threads the sandbox user may hold at once (RLIMIT_NPROC; with a cgroup also
+    pids.max, plus the launcher's own two)."""
     max_open_files: int = 64
     """Open file descriptors per process (RLIMIT_NOFILE)."""
     tmpfs_mb: int = 64
@@ -32,22 +36,27 @@ class SandboxConfig:
     work_dir: str = "/tmp"
     """Path of the writable tmpfs inside the sandbox; files are placed and programs start here."""
     python: str = "/usr/bin/python3"
-    """Interpreter used by run_python, inside the sandbox (the system Python: the build's own
-    Python may live where the unprivileged user cannot read)."""
+    """Interpreter used by run_python and by the sandbox's init, inside the sandbox (the system
+    Python: the build's own Python may live where the unprivileged user cannot read)."""
     isolation: IsolationMode = "auto"
-    """How the unprivileged user is set up: `userns` (bwrap in a user namespace, started as
-    `uid`), `root` (bwrap started as root without a user namespace, privileges dropped inside
+    """How the unprivileged user is set up: `userns` (bwrap in a user namespace; seen as 65534
+    inside), `root` (bwrap started as root without a user namespace, privileges dropped inside
     with setpriv to a leased uid), or `auto` (userns when the kernel allows it, else root when
     running as root)."""
-    uid: int = 65534
-    """Host uid the sandbox runs as in userns mode (seen as 65534 inside)."""
-    gid: int = 65534
-    """Host gid the sandbox runs as in userns mode."""
     root_uid_base: int = 61000
-    """First host uid leased in root mode; each concurrent execution holds its own uid so that
-    RLIMIT_NPROC (counted per uid) is never shared between executions."""
+    """First host uid leased when the sandbox is started as root (both modes); each concurrent
+    execution holds its own uid, so that nothing the kernel counts per user (RLIMIT_NPROC,
+    inotify instances, keyrings, message queues) is shared between executions."""
     root_uid_count: int = 256
-    """Number of uids in the root-mode lease range."""
+    """Number of uids in the lease range."""
+    cgroup: str = "auto"
+    """Per-run resource control with a cgroup v2 of its own: `auto` (this process's cgroup when
+    it can enable the memory, pids and cpu controllers for its children), a path (absolute, or
+    relative to the cgroup v2 mount) of a delegated cgroup to create run cgroups in, or `off`.
+    Where none is usable, rlimits and the init's CPU count are the fallback; every result says
+    which (`resource_control`)."""
+    cpu_cores: float = 1.0
+    """CPU bandwidth of one run with a cgroup (cpu.max), in cores."""
     bwrap: str = "bwrap"
     """The bubblewrap executable (name looked up on PATH, or a path)."""
     allow_unsafe_fallback: bool = False
@@ -65,7 +74,7 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if self.isolation not in ("auto", "userns", "root"):
             raise ValueError(f"sandbox isolation must be auto, userns or root, not {self.isolation!r}")
-        for name in ("timeout_s", "cpu_time_s"):
+        for name in ("timeout_s", "cpu_time_s", "cpu_cores"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"sandbox {name} must be > 0, got {getattr(self, name)}")
         for name in ("memory_mb", "file_size_mb", "max_processes", "max_open_files", "tmpfs_mb",

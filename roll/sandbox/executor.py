@@ -1,8 +1,10 @@
 """Run one untrusted program in the sandbox and return a structured result.
 
 The parent never trusts the child: it feeds stdin, caps what it reads, enforces the wall-clock
-deadline itself, and after the run makes sure the sandbox's PID namespace is gone (when its
-init process dies, the kernel kills every process left in it, including `setsid` orphans).
+deadline itself (and the run's CPU time when the run has a cgroup), and after the run makes sure
+the sandbox's PID namespace is gone (when its init process dies, the kernel kills every process
+left in it, including `setsid` orphans). The init (roll/sandbox/init.py) reports the program's
+exact wait status and the run's CPU time through a pipe of its own.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from roll.sandbox import seccomp
+from roll.sandbox.cgroup import RunCgroup, detect_parent
 from roll.sandbox.config import SandboxConfig, as_config
 from roll.sandbox.isolation import (
     LAUNCH_ENV,
@@ -24,6 +28,7 @@ from roll.sandbox.isolation import (
     UidLeases,
     bwrap_args,
     check_file_name,
+    cpu_seconds,
     drop_privileges_args,
     find_tools,
     init_args,
@@ -38,6 +43,7 @@ logger = get_logger(__name__)
 
 _DRAIN_GRACE_S = 0.25  # after the program exited, how long its pipes may still deliver data
 _REAP_TIMEOUT_S = 5.0
+_CPU_POLL_S = 0.05  # how often the parent reads a run cgroup's cpu.stat
 _OOM_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"out of memory")
 _SANDBOX_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -58,8 +64,8 @@ class ExecutionResult:
     exit_code: int | None
     """Exit status; None when the program died from a signal (see `signal`)."""
     signal: int | None
-    """Signal that ended the program, if any. Under bwrap a program's own exit code above 128 is
-    indistinguishable from death by signal (code - 128) and is reported as the signal."""
+    """Signal that ended the program, if any (reported by the sandbox's init, so a program's own
+    exit code above 128 stays an exit code)."""
     stdout: str
     stderr: str
     stdout_truncated: bool = False
@@ -72,9 +78,13 @@ class ExecutionResult:
     """Which limit ended it: '', 'timeout', 'output', 'cpu_time', 'memory', 'file_size'."""
     wall_time_s: float = 0.0
     cpu_time_s: float = 0.0
-    """User + system CPU time of the sandbox's processes that were reaped in it."""
+    """User + system CPU time of the whole run (every process of it)."""
     isolation: str = ""
     """userns, root or unsafe."""
+    resource_control: str = ""
+    """How the run's resources were bounded: 'cgroup' (a cgroup v2 of its own: memory, pids, CPU
+    for the whole run, plus the rlimits) or 'rlimit' (rlimits per process, the run's CPU time
+    counted by the sandbox's init)."""
 
     @property
     def ok(self) -> bool:
@@ -90,16 +100,24 @@ class Sandbox:
         self._tools = find_tools(self.config)
         self._mode: str | None = None
         self._leases: UidLeases | None = None
+        self._cgroup_parent: str | None = None
 
     # ----------------------------------------------------------------------------- public API
     @property
     def mode(self) -> str:
         """The isolation mode in use (probed once per process): userns, root or unsafe."""
         if self._mode is None:
-            self._mode = resolve_mode(self.config, self._tools, self._probe)
-            if self._mode in ("root", "unsafe") and os.geteuid() == 0:
+            if os.geteuid() == 0:  # every mode runs as a uid of its own (isolation.py)
                 self._leases = UidLeases(self.config.root_uid_base, self.config.root_uid_count)
+            self._mode = resolve_mode(self.config, self._tools, self._probe)
+            if self._mode != "unsafe":
+                self._cgroup_parent = detect_parent(self.config.cgroup)[0]
         return self._mode
+
+    @property
+    def resource_control(self) -> str:
+        """'cgroup' when runs get a cgroup v2 of their own, else 'rlimit' (docs/sandbox.md)."""
+        return "cgroup" if self.mode != "unsafe" and self._cgroup_parent is not None else "rlimit"
 
     def run_python(
         self,
@@ -113,8 +131,6 @@ class Sandbox:
     ) -> ExecutionResult:
         """Run Python source ``code`` (saved as ``script_name`` in the work dir) with the sandbox
         interpreter."""
-        if not os.access(self.config.python, os.X_OK):  # the sandbox sees the host's /usr
-            raise SandboxUnavailable(f"sandbox interpreter {self.config.python!r} not found or not executable")
         all_files = dict(files or {})
         if script_name in all_files:
             raise ValueError(f"files already holds {script_name!r}, the script's own name")
@@ -143,6 +159,9 @@ class Sandbox:
         contents = {check_file_name(k): (v.encode(errors="replace") if isinstance(v, str) else bytes(v))
                     for k, v in (files or {}).items()}
         timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
+        if not os.access(self.config.python, os.X_OK):  # the sandbox sees the host's /usr
+            raise SandboxUnavailable(f"sandbox interpreter {self.config.python!r} (also the sandbox's init) "
+                                     f"not found or not executable")
         mode = self.mode
         if mode == "unsafe":
             logger.warning("running code WITHOUT isolation (sandbox allow_unsafe_fallback is set and bwrap is unusable)")
@@ -159,35 +178,45 @@ class Sandbox:
     def _probe(self, mode: str) -> str | None:
         """Start a trivial sandbox in ``mode``; an error text, or None when it works."""
         r, w = os.pipe()
+        rr, rw = os.pipe()
+        lease = self._leases.acquire() if self._leases is not None else None
         try:
-            uid = self.config.root_uid_base if mode == "root" else None
-            argv = self._argv(mode, ["/bin/true"], [], w, uid)
-            return run_probe(argv, pass_fds=(w,))
+            sec = _seccomp_fd()
+            try:
+                argv = self._argv(mode, ["/bin/true"], [], w, rw, sec, lease[0] if lease else None, 5.0)
+                return run_probe(argv, pass_fds=(w, rw, sec))
+            finally:
+                os.close(sec)
         finally:
-            os.close(r)
-            os.close(w)
+            for fd in (r, w, rr, rw):
+                os.close(fd)
+            if lease is not None:
+                UidLeases.release(lease[1])
 
     def _argv(self, mode: str, command: list[str], files: list[tuple[int, str]], status_fd: int,
-              uid: int | None) -> list[str]:
-        """The launcher's command line (started with :meth:`_launch_user`)."""
+              report_fd: int, seccomp_fd: int, uid: int | None, timeout: float) -> list[str]:
+        """The launcher's command line."""
         cfg, tools = self.config, self._tools
         env = {**_SANDBOX_ENV, "HOME": cfg.work_dir, "TMPDIR": cfg.work_dir, **cfg.env}
-        inner = init_args(cfg, tools.timeout) + prlimit_args(cfg, tools.prlimit)
+        inner = init_args(cfg, report_fd, timeout)
         if mode == "root":
             inner += drop_privileges_args(tools.setpriv, uid, uid)
         outer: list[str] = []
-        if mode == "userns" and os.geteuid() == 0:
+        if mode == "userns" and uid is not None:
             # bwrap started by root would map the sandbox user to root on the host, where
-            # RLIMIT_NPROC is not enforced: become the unprivileged uid before bwrap starts.
-            # (setpriv rather than Popen(user=...): Popen cannot vfork when it changes the uid,
-            # and forking a large trainer process costs more than one small exec.)
-            outer = [tools.setpriv, f"--reuid={cfg.uid}", f"--regid={cfg.gid}", "--clear-groups", "--"]
-        return outer + bwrap_args(cfg, tools, mode, files, status_fd, env) + inner + command
+            # RLIMIT_NPROC is not enforced: become this run's own unprivileged uid before bwrap
+            # starts. (setpriv rather than Popen(user=...): Popen cannot vfork when it changes
+            # the uid, and forking a large trainer process costs more than one small exec.)
+            outer = [tools.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        return outer + bwrap_args(cfg, tools, mode, files, status_fd, env, seccomp_fd) + inner + command
 
     def _run_bwrap(self, mode: str, command: list[str], stdin: bytes, contents: dict[str, bytes],
                    timeout: float, lease) -> ExecutionResult:
+        cfg = self.config
         fds: list[tuple[int, str]] = []
         status_r, status_w = os.pipe()
+        report_r, report_w = os.pipe()
+        cgroup = None
         try:
             for name, data in contents.items():
                 fd = os.memfd_create("roll-sandbox-file", 0)
@@ -196,37 +225,70 @@ class Sandbox:
                 while view:
                     view = view[os.write(fd, view):]
                 os.lseek(fd, 0, os.SEEK_SET)
-            argv = self._argv(mode, command, fds, status_w, lease[0] if lease else None)
+            sec = _seccomp_fd()
+            fds_in = [status_w, report_w, sec] + [fd for fd, _ in fds]
+            argv = self._argv(mode, command, fds, status_w, report_w, sec, lease[0] if lease else None, timeout)
+            if self._cgroup_parent is not None:
+                cgroup = RunCgroup(self._cgroup_parent, (cfg.memory_mb + cfg.tmpfs_mb) * 1024 * 1024,
+                                   cfg.max_processes + 2, cfg.cpu_cores)
+                # The launcher joins the run's cgroup before it execs anything else, so every
+                # process of the run is born there.
+                argv = [self._tools.sh, "-c", 'echo 0 > "$0" && exec "$@"', cgroup.procs] + argv
             start = time.monotonic()
             try:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    pass_fds=[status_w] + [fd for fd, _ in fds], env=LAUNCH_ENV, cwd="/",
-                    start_new_session=True,
+                    pass_fds=fds_in, env=LAUNCH_ENV, cwd="/", start_new_session=True,
                 )
             except OSError as e:
                 raise SandboxError(f"could not start bwrap: {e}") from e
+            finally:
+                os.close(sec)
+        except BaseException:
+            os.close(report_r)
+            if cgroup is not None:
+                cgroup.remove()
+            raise
         finally:
             os.close(status_w)
+            os.close(report_w)
             for fd, _ in fds:
                 os.close(fd)
         try:
-            run = _Communication(proc, stdin, status_r, start + timeout, self.config.max_output_bytes)
-            run.loop()
+            try:
+                cpu_probe = (cgroup.cpu_s, float(cfg.cpu_time_s)) if cgroup is not None else None
+                run = _Communication(proc, stdin, status_r, start + timeout, cfg.max_output_bytes, cpu_probe)
+                run.loop()
+            finally:
+                os.close(status_r)
+            status, rusage = _wait(proc)
+            wall = time.monotonic() - start
+            if run.child_pid is None and not run.killed_for:
+                raise SandboxError(f"the sandbox failed to start: {run.err.decode(errors='replace').strip()[:500]}")
+            run.ensure_namespace_gone()
+            report = _read_report(report_r)
+            cg_cpu = cgroup.cpu_s() if cgroup is not None else 0.0
+            cg_oom = cgroup.oom_killed() if cgroup is not None else False
         finally:
-            os.close(status_r)
-        status, rusage = _wait(proc)
-        wall = time.monotonic() - start
-        if run.child_pid is None and not run.killed_for:
-            raise SandboxError(f"the sandbox failed to start: {run.err.decode(errors='replace').strip()[:500]}")
-        run.ensure_namespace_gone()
-        if os.WIFSIGNALED(status):
+            os.close(report_r)
+            if cgroup is not None:
+                cgroup.remove()
+        if "status" in report and report["status"] is not None:
+            st = int(report["status"])  # the program's own wait status, from the init
+            exit_code, sig = (os.WEXITSTATUS(st), None) if os.WIFEXITED(st) else (None, os.WTERMSIG(st))
+        elif os.WIFSIGNALED(status):
             exit_code, sig = None, os.WTERMSIG(status)
         else:
             code = run.exit_code if run.exit_code is not None else os.WEXITSTATUS(status)
             # bwrap reports death by signal N as exit status 128 + N.
             exit_code, sig = (None, code - 128) if 128 < code <= 128 + 64 else (code, None)
-        return self._result(run, exit_code, sig, wall, rusage, mode)
+        if report.get("limit") in ("cpu_time", "timeout") and not run.killed_for:
+            run.killed_for = report["limit"]
+        if cg_oom and not run.killed_for:
+            run.killed_for = "memory"
+        cpu = max(float(report.get("cpu_s") or 0.0), cg_cpu,
+                  (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0)
+        return self._result(run, exit_code, sig, wall, cpu, mode, "cgroup" if cgroup is not None else "rlimit")
 
     def _run_unsafe(self, command: list[str], stdin: bytes, contents: dict[str, bytes],
                     timeout: float, lease) -> ExecutionResult:
@@ -263,14 +325,14 @@ class Sandbox:
             exit_code, sig = None, os.WTERMSIG(status)
         else:
             exit_code, sig = os.WEXITSTATUS(status), None
-        return self._result(run, exit_code, sig, wall, rusage, "unsafe")
-
-    def _result(self, run: _Communication, exit_code, sig, wall, rusage, mode) -> ExecutionResult:
         cpu = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
-        oom = any(m in run.err[-4096:] for m in _OOM_MARKERS)
+        return self._result(run, exit_code, sig, wall, cpu, "unsafe", "rlimit")
+
+    def _result(self, run: _Communication, exit_code, sig, wall, cpu, mode, control) -> ExecutionResult:
+        oom = run.killed_for == "memory" or any(m in run.err[-4096:] for m in _OOM_MARKERS)
         limit = run.killed_for
         if not limit:
-            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= int(-(-self.config.cpu_time_s // 1)) - 0.05):
+            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= cpu_seconds(self.config) - 0.05):
                 limit = "cpu_time"
             elif sig == signal.SIGXFSZ or (exit_code and b"File too large" in run.err[-4096:]):
                 limit = "file_size"
@@ -281,8 +343,42 @@ class Sandbox:
             stdout=run.out.decode("utf-8", errors="replace"), stderr=run.err.decode("utf-8", errors="replace"),
             stdout_truncated=run.truncated["out"], stderr_truncated=run.truncated["err"],
             timed_out=run.killed_for == "timeout", oom=oom, limit=limit,
-            wall_time_s=wall, cpu_time_s=cpu, isolation=mode,
+            wall_time_s=wall, cpu_time_s=cpu, isolation=mode, resource_control=control,
         )
+
+
+def _seccomp_fd() -> int:
+    """A memfd holding the compiled filter, for bwrap's --seccomp (read once by bwrap)."""
+    fd = os.memfd_create("roll-sandbox-seccomp", 0)
+    try:
+        data = memoryview(seccomp.filter_bytes())
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_report(fd: int) -> dict:
+    """The init's JSON report ({} when the init was killed before it could write one). Every
+    writer is gone by now (the launcher was reaped and the namespace is empty)."""
+    os.set_blocking(fd, False)
+    data = b""
+    try:
+        while len(data) < 65536:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    except BlockingIOError:
+        pass
+    try:
+        report = json.loads(data.decode()) if data else {}
+    except ValueError:
+        return {}
+    return report if isinstance(report, dict) else {}
 
 
 def _wait(proc: subprocess.Popen):
@@ -308,8 +404,11 @@ def _wait(proc: subprocess.Popen):
 class _Communication:
     """Feeds stdin and collects capped output until the program exits or the deadline passes."""
 
-    def __init__(self, proc: subprocess.Popen, stdin: bytes, status_fd: int | None, deadline: float, cap: int):
+    def __init__(self, proc: subprocess.Popen, stdin: bytes, status_fd: int | None, deadline: float, cap: int,
+                 cpu_probe=None):
         self.proc, self.deadline, self.cap = proc, deadline, cap
+        self.cpu_probe = cpu_probe
+        """(callable returning the run's CPU seconds, budget): checked every _CPU_POLL_S."""
         self.stdin = memoryview(stdin)
         self.status_fd = status_fd
         self.out = bytearray()
@@ -348,6 +447,11 @@ class _Communication:
                     wait = min(wait, exited_at + _DRAIN_GRACE_S - now)
                 if wait <= 0:
                     break
+                if self.cpu_probe is not None and exited_at is None:
+                    read_cpu, budget = self.cpu_probe
+                    if read_cpu() > budget:
+                        self.kill("cpu_time")
+                    wait = min(wait, _CPU_POLL_S)
                 for key, _ in sel.select(wait):
                     fd = key.fd
                     if fd == pidfd:

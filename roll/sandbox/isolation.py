@@ -1,20 +1,26 @@
-"""How a sandboxed command line is built: bubblewrap namespaces, rlimits, the unprivileged user.
+"""How a sandboxed command line is built: bubblewrap namespaces, the seccomp filter, our own
+init with the run's limits, the unprivileged user.
 
 Three modes (see docs/sandbox.md):
 
 - ``userns``: bwrap unshares every namespace including a user namespace and runs as an
-  unprivileged host uid (started through ``setpriv`` when we are root). RLIMIT_NPROC is then
-  counted per user namespace, so concurrent executions never share a process budget.
+  unprivileged host uid: when we are root, a uid leased for this run alone (started through
+  ``setpriv``), so no per-user kernel count (processes, inotify, keyrings, message queues) is
+  shared between concurrent runs. RLIMIT_NPROC is then counted per user namespace too.
 - ``root``: for hosts where unprivileged user namespaces are disabled but we are root. bwrap
   runs as root without a user namespace and ``setpriv`` drops to a leased uid inside the
-  sandbox, after ``prlimit`` set the limits. Each concurrent execution leases its own uid
+  sandbox, after the init set the limits. Each concurrent execution leases its own uid
   because RLIMIT_NPROC is then counted per host uid.
 - ``unsafe``: no bwrap at all (explicit opt-in only): a plain process group with rlimits,
   still as a leased unprivileged uid when we are root.
+
+In both bwrap modes the namespace's PID 1 is roll/sandbox/init.py, run by the sandbox's
+interpreter under the seccomp filter of roll/sandbox/seccomp.py.
 """
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pwd
 import random
@@ -49,47 +55,68 @@ class Tools:
     bwrap: str | None
     prlimit: str
     setpriv: str
-    timeout: str
+    sh: str
 
 
 def find_tools(config: SandboxConfig) -> Tools:
     prlimit = shutil.which("prlimit", path=LAUNCH_ENV["PATH"])
     setpriv = shutil.which("setpriv", path=LAUNCH_ENV["PATH"])
-    timeout = shutil.which("timeout", path=LAUNCH_ENV["PATH"])
-    if prlimit is None or setpriv is None or timeout is None:
+    sh = shutil.which("sh", path=LAUNCH_ENV["PATH"])
+    if prlimit is None or setpriv is None or sh is None:
         raise SandboxUnavailable(
-            "the sandbox needs prlimit and setpriv (util-linux) and timeout (coreutils) in /usr/bin "
-            "or /bin (apt-get install util-linux coreutils)"
+            "the sandbox needs prlimit and setpriv (util-linux) and sh in /usr/bin or /bin "
+            "(apt-get install util-linux dash)"
         )
     bwrap = shutil.which(config.bwrap) if os.sep not in config.bwrap else (
         config.bwrap if os.access(config.bwrap, os.X_OK) else None
     )
-    return Tools(bwrap=bwrap, prlimit=prlimit, setpriv=setpriv, timeout=timeout)
+    return Tools(bwrap=bwrap, prlimit=prlimit, setpriv=setpriv, sh=sh)
+
+
+def cpu_seconds(config: SandboxConfig) -> int:
+    """The CPU budget in whole seconds (RLIMIT_CPU's unit), rounded up."""
+    return max(1, int(-(-config.cpu_time_s // 1)))
+
+
+def rlimits(config: SandboxConfig) -> dict[str, int]:
+    """The rlimits of every process of a run (soft == hard)."""
+    mib = 1024 * 1024
+    return {
+        # soft == hard: SIGKILL right at the limit, per process; the init counts the run's total.
+        "RLIMIT_CPU": cpu_seconds(config),
+        "RLIMIT_AS": config.memory_mb * mib,
+        "RLIMIT_FSIZE": config.file_size_mb * mib,
+        "RLIMIT_NPROC": config.max_processes,
+        "RLIMIT_NOFILE": config.max_open_files,
+        "RLIMIT_CORE": 0,
+    }
 
 
 def prlimit_args(config: SandboxConfig, prlimit: str) -> list[str]:
-    cpu = max(1, int(-(-config.cpu_time_s // 1)))  # whole seconds, rounded up
-    mib = 1024 * 1024
-    return [
-        prlimit,
-        # soft == hard: SIGKILL right at the limit (the program runs as its PID namespace's
-        # init, which the kernel spares from SIGXCPU, so a soft-only limit would not stop it).
-        f"--cpu={cpu}:{cpu}",
-        f"--as={config.memory_mb * mib}",
-        f"--fsize={config.file_size_mb * mib}",
-        f"--nproc={config.max_processes}",
-        f"--nofile={config.max_open_files}",
-        "--core=0",
-        "--",
-    ]
+    """The same limits through util-linux prlimit (unsafe mode, which has no init of ours)."""
+    flags = {"RLIMIT_CPU": "cpu", "RLIMIT_AS": "as", "RLIMIT_FSIZE": "fsize", "RLIMIT_NPROC": "nproc",
+             "RLIMIT_NOFILE": "nofile", "RLIMIT_CORE": "core"}
+    return [prlimit] + [f"--{flags[k]}={v}:{v}" for k, v in rlimits(config).items()] + ["--"]
 
 
-def init_args(config: SandboxConfig, timeout: str) -> list[str]:
-    """The sandbox's init: coreutils `timeout`, which waits for the program (so the program is
-    not PID 1 and keeps normal signal semantics) and kills it if the parent's own deadline was
-    somehow missed."""
-    backstop = int(config.timeout_s) + 5
-    return [timeout, "-s", "KILL", f"{backstop}s"]
+_INIT_SOURCE: str | None = None
+
+
+def init_args(config: SandboxConfig, report_fd: int, timeout_s: float) -> list[str]:
+    """The sandbox's init (roll/sandbox/init.py, passed as source: the sandbox cannot read the
+    project's files) with its settings; the command follows."""
+    global _INIT_SOURCE
+    if _INIT_SOURCE is None:
+        with open(os.path.join(os.path.dirname(__file__), "init.py")) as f:
+            _INIT_SOURCE = f.read()
+    settings = {
+        "report_fd": report_fd,
+        "rlimits": rlimits(config),
+        "cpu_s": float(config.cpu_time_s),
+        # a backstop only: the parent kills the run at its deadline
+        "backstop_s": float(timeout_s) + 5.0,
+    }
+    return [config.python, "-I", "-S", "-c", _INIT_SOURCE, json.dumps(settings, separators=(",", ":"))]
 
 
 def drop_privileges_args(setpriv: str, uid: int, gid: int) -> list[str]:
@@ -104,12 +131,12 @@ def bwrap_args(
     files: list[tuple[int, str]],
     status_fd: int,
     env: dict[str, str],
+    seccomp_fd: int,
 ) -> list[str]:
     """The bwrap part of the command line; ``files`` are (fd, path inside) pairs to copy in."""
     wd = config.work_dir.rstrip("/")
-    # --as-pid-1: no bwrap reaper; the namespace's init is coreutils `timeout` (see
-    # init_args), which the launcher reaps, so the CPU time of everything it reaped reaches us
-    # through wait4. When init exits, the kernel kills whatever else is left in the namespace.
+    # --as-pid-1: no bwrap reaper; the namespace's init is our own (init_args), which the
+    # launcher reaps. When init exits, the kernel kills whatever else is left in the namespace.
     args = [
         tools.bwrap, "--die-with-parent", "--new-session", "--clearenv", "--as-pid-1",
         "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -142,7 +169,7 @@ def bwrap_args(
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", wd]
     for key, value in env.items():
         args += ["--setenv", key, value]
-    args += ["--json-status-fd", str(status_fd), "--"]
+    args += ["--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd), "--"]
     return args
 
 
@@ -226,7 +253,7 @@ def resolve_mode(config: SandboxConfig, tools: Tools, probe) -> str:
     ``probe(mode) -> str | None`` runs a trivial sandbox and returns an error text or None.
     The answer is cached per process.
     """
-    key = (tools.bwrap, config.isolation, config.uid, config.gid, os.geteuid(), config.allow_unsafe_fallback)
+    key = (tools.bwrap, config.isolation, config.python, os.geteuid(), config.allow_unsafe_fallback)
     with _MODE_LOCK:
         if key in _MODE_CACHE:
             return _MODE_CACHE[key]

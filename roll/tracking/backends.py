@@ -193,6 +193,10 @@ class WandbTracker:
     def log_text(self, key: str, text: str, step: int) -> None:
         self.run.log({key: self._wandb.Html(f"<pre>{html.escape(text)}</pre>")}, step=step)
 
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """Sample trajectories as a wandb Table (one row per trajectory)."""
+        self.run.log({key: self._wandb.Table(columns=list(columns), data=[list(r) for r in rows])}, step=step)
+
     def finish(self) -> None:
         self.run.finish()
 

@@ -120,6 +120,13 @@ class TrackerGroup:
         for name, tracker in self.trackers.items():
             self._call(name, tracker.log_text, str(key), str(text), int(step))
 
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """A table to the backends that have ``log_table`` (wandb); the others skip it."""
+        for name, tracker in self.trackers.items():
+            fn = getattr(tracker, "log_table", None)
+            if fn is not None:
+                self._call(name, fn, str(key), list(columns), list(rows), int(step))
+
     def finish(self) -> None:
         if self._finished:
             return
