@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
+from roll.errors import RunFailedError
+from roll.rollout.failures import check_step
 from roll.rollout.scheduler import RolloutBatch
 from roll.rollout.service import ThreadedScheduler, build_rollout_scheduler
 from roll.utils.logging import get_logger
@@ -74,10 +76,7 @@ class AgenticPipeline(BasePipeline):
         metrics.update(self.sync_weights(step))
         rollout = self.collect_rollouts(step)
         metrics.update(rollout.metrics)
-        if rollout.batch is None or len(rollout.batch) == 0:
-            logger.warning("step %d: no usable episodes (all groups filtered or failed); skipping training", step)
-            metrics["rollout/empty_batch"] = 1.0
-            return metrics
+        self.check_rollout(step, rollout, metrics)
         batch, policy = rollout.batch, self.policy
         metrics.update(policy.reference_logprobs(batch))
         metrics.update(policy.old_logprobs(batch))
@@ -87,6 +86,23 @@ class AgenticPipeline(BasePipeline):
         metrics.update(policy.train_actor(batch))
         self.dump_trajectories(step, rollout)
         return metrics
+
+    def check_rollout(self, step: int, rollout: RolloutBatch, metrics: dict[str, float]) -> None:
+        """Stop the run (RunFailedError, after logging the step's metrics) when the step has no
+        trainable sample or more than ``rollout.max_failed_share`` of its episodes failed."""
+        m = rollout.metrics
+        failed = int(m.get("rollout/episodes_failed", 0))
+        filtered = int(m.get("rollout/groups_filtered", 0))
+        note = f"{filtered} groups filtered by {self.cfg.train_env_manager.group_filter}" if filtered else ""
+        try:
+            check_step(step, what="episodes", attempted=failed + int(m.get("rollout/episodes_finished", 0)),
+                       failed=failed, trainable=0 if rollout.batch is None else len(rollout.batch),
+                       limit=self.cfg.rollout.max_failed_share, causes=rollout.failure_causes,
+                       log=self.train_scheduler.scheduler.error_log, note=note)
+        except RunFailedError:
+            metrics["rollout/empty_batch"] = float(rollout.batch is None)
+            self.tracker.log(metrics, step=step + 1)
+            raise
 
     def sync_weights(self, step: int) -> dict[str, float]:
         """New weights for the inference workers, with rollouts suspended around the transfer

@@ -87,3 +87,8 @@ class RolloutConfig:
     """get_batch fails loudly when a batch cannot be filled within this time."""
     max_inflight_per_worker: int = ranged(64, ge=1)
     """Router bound on outstanding requests per inference worker."""
+    max_failed_share: float = ranged(1.0, ge=0, le=1)
+    """Share (0 to 1) of a training step's episodes (agentic, retries included) or responses (RLVR)
+    that may fail (env/reward/inference error, timeout, dead worker) before the run stops with an
+    error. A step with no trainable sample always stops the run, so the default 1.0 stops it
+    only then; 0.5 also stops it when more than half failed."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+import traceback
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -54,10 +55,15 @@ class EpisodeSpec:
 
 
 class EpisodeFailure(Exception):
-    def __init__(self, kind: str, detail: str = ""):
+    """Why an episode ended early. ``permanent``: it will recur (the run stops, see
+    roll/rollout/failures.py); ``traceback``: where in the env code it was raised."""
+
+    def __init__(self, kind: str, detail: str = "", permanent: bool = False, traceback: str = ""):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+        self.permanent = permanent
+        self.traceback = traceback
 
 
 def format_turn(template: str, **fields: Any) -> str:
@@ -116,6 +122,8 @@ class EnvManager:
         self.truncated = False
         self.failure: str | None = None
         self.failure_detail = ""
+        self.failure_traceback = ""
+        self.failure_permanent = False
         self.invalid_actions = 0
         self.effective_actions = 0
         self.partial_resumes = 0
@@ -126,6 +134,7 @@ class EnvManager:
     async def reset(self) -> None:
         try:
             obs, info = await self._env_call(self.env.reset, seed=self.spec.env_seed)
+            self._check_observation(obs, "reset")
         except EpisodeFailure as f:
             return self._fail(f)
         self.instruction = str((info or {}).get("instruction", "")) if self.cfg.include_instruction else ""
@@ -222,6 +231,7 @@ class EnvManager:
         text = self.renderer.decode(self.last_output)
         try:
             obs, reward, terminated, truncated, info = await self._env_call(self.env.step, text)
+            self._check_observation(obs, "step")
         except EpisodeFailure as f:
             return self._fail(f)
         info = info or {}
@@ -275,7 +285,8 @@ class EnvManager:
         common = dict(
             final_reward=self.final_reward, episode_return=episode_return, success=self.success,
             num_turns=self.turn, terminated=self.terminated, truncated=self.truncated,
-            failure=self.failure, failure_detail=self.failure_detail, env_tag=self.spec.tag,
+            failure=self.failure, failure_detail=self.failure_detail, failure_traceback=self.failure_traceback,
+            failure_permanent=self.failure_permanent, env_tag=self.spec.tag,
             env_id=self.cfg.env_id, group_id=self.spec.group_id, env_seed=self.spec.env_seed,
             episode_id=self.spec.episode_id, metrics=metrics, turn_actions=list(self.turn_actions),
         )
@@ -344,11 +355,21 @@ class EnvManager:
             name = getattr(fn, "__name__", "call")
             raise EpisodeFailure("env_timeout", f"env.{name} took longer than {self.cfg.step_timeout_s}s") from None
         except Exception as e:  # any error inside user env code is an env failure
-            raise EpisodeFailure("env_error", f"{type(e).__name__}: {e}") from None
+            raise EpisodeFailure("env_error", f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e))) from None
         finally:
             self.env_time += time.monotonic() - t0
 
+    def _check_observation(self, obs: Any, method: str) -> None:
+        """Observations are text: anything else is a bug in the env, not something to render
+        with str() (an int would silently become part of the prompt)."""
+        if not isinstance(obs, str):
+            raise EpisodeFailure(
+                "env_error", f"env {self.cfg.env_id!r} (tag {self.spec.tag!r}) returned a {type(obs).__name__} "
+                f"observation from {method}(): observations must be text (str), got {str(obs)[:80]!r}",
+                permanent=True)
+
     def _fail(self, f: EpisodeFailure) -> None:
         self.failure, self.failure_detail, self.done = f.kind, f.detail, True
+        self.failure_traceback, self.failure_permanent = f.traceback, f.permanent
         if f.kind in ("env_error", "env_timeout"):
             self.env_broken = True

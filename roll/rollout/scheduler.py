@@ -34,7 +34,11 @@ new weights (token and turn versions record it); ``discard`` aborts and restarts
 
 Groups: ``group_size`` episodes share an env seed. An episode that ends in an
 infrastructure failure never enters its group: its slot is rerun (same seed, new sampling
-seed) up to ``max_episode_retries`` times, after which the group is dropped. Filtered,
+seed) up to ``max_episode_retries`` times, after which the group is dropped. A failure that
+will recur (the env cannot be created, a non-text observation, the same env error from the
+same seed twice) is permanent: get_batch raises ``RunFailedError`` naming the env; both modes
+classify through one helper (``_settle``, roll/rollout/failures.py). Every failure goes to the
+``error_log`` (one line each, the first traceback of each distinct error in full). Filtered,
 dropped and stale groups are replaced by new groups up to ``max_group_refills`` per batch;
 past that the batch is returned short (``rollout/short_batch``). All of it is counted.
 """
@@ -51,8 +55,10 @@ from typing import Any
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.data.batch import Batch
 from roll.data.trajectory import FAILURE_TYPES, Trajectory, trajectories_to_batch
+from roll.errors import RollError, RunFailedError
 from roll.registry import FILTERS
 from roll.rollout.env_manager import EpisodeSpec
+from roll.rollout.failures import ErrorLog, EpisodeVerdict, FailureSignature, classify_episode, one_line
 from roll.rollout.metrics import counter_metrics, episode_metrics
 from roll.utils.logging import get_logger
 
@@ -70,6 +76,8 @@ class RolloutBatch:
     trajectories: list[Trajectory]
     metrics: dict[str, float]
     groups: list[str] = field(default_factory=list)
+    failure_causes: Counter = field(default_factory=Counter)
+    """``kind: message`` -> failed episodes since the previous batch (retries included)."""
 
 
 @dataclass
@@ -82,6 +90,7 @@ class _Group:
     running: dict[int, str] = field(default_factory=dict)  # slot -> episode id
     attempts: dict[int, int] = field(default_factory=dict)  # per slot: sampling-seed attempt number
     failures: dict[int, int] = field(default_factory=dict)  # per slot: infrastructure failures
+    signatures: dict[int, FailureSignature] = field(default_factory=dict)  # per slot: its last failure
     dropped: bool = False
 
     @property
@@ -118,6 +127,7 @@ class RolloutScheduler:
         pad_token_id: int,
         seed: int = 0,
         validation: bool = False,
+        error_log: ErrorLog | None = None,
     ):
         if not hosts:
             raise ValueError("RolloutScheduler needs at least one environment worker")
@@ -163,6 +173,8 @@ class RolloutScheduler:
         self._error: BaseException | None = None
         self.counters: Counter = Counter()
         self.failures_by_tag: Counter = Counter()
+        self.failure_causes: Counter = Counter()  # "kind: message" -> count, since the last batch
+        self.error_log = error_log
         self._hosts_configured = False
 
     # ================================================================ public API
@@ -315,25 +327,19 @@ class RolloutScheduler:
     def _on_episode(self, group: _Group, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> None:
         if group.running.get(slot) == spec.episode_id:
             del group.running[slot]
-        if group.dropped:
+        if group.dropped or isinstance(self._error, RollError):
+            return  # after a permanent failure nothing is retried or refilled: get_batch raises
+        verdict = self._settle(group, slot, spec, trajs)
+        if verdict == EpisodeVerdict.IGNORED:
             return
-        failure = next((t.failure for t in trajs if t.failure is not None), None)
-        if failure == "cancelled":
+        if verdict in (EpisodeVerdict.RESTART, EpisodeVerdict.RETRY):
+            self._launch(group, slot)
+        elif verdict == EpisodeVerdict.DROP:
+            self._lose(group)
+        elif verdict == EpisodeVerdict.PERMANENT:
+            self._lose(group)
+            self._notify()  # get_batch raises the recorded RunFailedError
             return
-        if failure is None:
-            group.done[slot] = trajs
-        else:
-            self._count_failure(spec.tag, failure, trajs)
-            group.attempts[slot] = group.attempts.get(slot, 0) + 1  # a new sampling seed
-            restart = failure in ("stale", "discarded")  # not an infrastructure failure: no retry budget used
-            if not restart:
-                group.failures[slot] = group.failures.get(slot, 0) + 1
-            if restart or group.failures[slot] <= self.mcfg.max_episode_retries:
-                self.counters["episode_restarts" if restart else "episode_retries"] += 1
-                self._launch(group, slot)
-            else:
-                self.counters["groups_dropped"] += 1
-                self._lose(group)
         if group.complete and not group.dropped:
             del self._groups[group.group_id]
             if self.group_filter is not None and not self.group_filter(group.trajectories()):
@@ -344,11 +350,61 @@ class RolloutScheduler:
         self._notify()
         self._fill()
 
+    def _settle(self, group: _Group, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> str:
+        """Bookkeeping of one finished episode slot, shared by the lockstep and per-sample
+        modes: fill the slot, or count the failure, classify it (roll/rollout/failures.py) and
+        advance the slot's attempt; a permanent failure is recorded for get_batch to raise."""
+        failed = next((t for t in trajs if t.failure is not None), None)
+        failure = failed.failure if failed is not None else None
+        signature = previous = None
+        if failure in FAILURE_TYPES:
+            group.failures[slot] = group.failures.get(slot, 0) + 1
+            signature = FailureSignature(failure, failed.failure_detail, failed.num_turns)
+            previous = group.signatures.get(slot)
+            group.signatures[slot] = signature
+        verdict = classify_episode(failure, bool(failed is not None and failed.failure_permanent), signature, previous,
+                                   group.failures.get(slot, 0), self.mcfg.max_episode_retries)
+        if verdict == EpisodeVerdict.DONE:
+            group.done[slot] = trajs
+            self.counters["episodes_finished"] += 1
+            return verdict
+        if verdict == EpisodeVerdict.IGNORED:
+            return verdict
+        self._count_failure(spec.tag, failure, trajs)
+        group.attempts[slot] = group.attempts.get(slot, 0) + 1  # a new sampling seed
+        if verdict == EpisodeVerdict.RESTART:
+            self.counters["episode_restarts"] += 1
+        elif verdict == EpisodeVerdict.RETRY:
+            self.counters["episode_retries"] += 1
+        elif verdict == EpisodeVerdict.DROP:
+            self.counters["groups_dropped"] += 1
+        else:
+            self.counters["failures/permanent"] += 1
+            if self._error is None:
+                self._error = self._permanent_error(spec, failed, repeated=not failed.failure_permanent)
+        return verdict
+
+    def _permanent_error(self, spec: EpisodeSpec, failed: Trajectory, repeated: bool) -> RunFailedError:
+        env_id = self.env_configs[spec.tag].env_id
+        why = (f" (the same error at turn {failed.num_turns + 1} twice from env seed {spec.env_seed})"
+               if repeated else "")
+        where = f"; traceback in {self.error_log}" if self.error_log is not None and failed.failure_traceback else ""
+        if self.error_log is None and failed.failure_traceback:
+            logger.error("env tag %s (%s) failed permanently:\n%s", spec.tag, env_id, failed.failure_traceback)
+        return RunFailedError(f"env tag {spec.tag!r} (env id {env_id!r}) fails permanently: "
+                              f"{one_line(failed.failure_detail)}{why}{where}")
+
     def _count_failure(self, tag: str, failure: str, trajs: list[Trajectory]) -> None:
         if failure in FAILURE_TYPES:
+            t = trajs[0]
             self.counters[f"failures/{failure}"] += 1
             self.failures_by_tag[(tag, failure)] += 1
-            logger.warning("episode %s failed (%s): %s", trajs[0].episode_id, failure, trajs[0].failure_detail)
+            self.failure_causes[f"{failure}: {t.failure_detail}"] += 1
+            logger.warning("episode %s failed (%s): %s", t.episode_id, failure, t.failure_detail)
+            if self.error_log is not None:
+                self.error_log.record(f"episode {t.episode_id} tag={tag} env={self.env_configs[tag].env_id} "
+                                      f"seed={t.env_seed} turn={t.num_turns + 1}", failure, t.failure_detail,
+                                      t.failure_traceback)
         else:
             self.counters[f"restarts/{failure}"] += 1  # stale / discarded: restarted, not failed
 
@@ -417,6 +473,8 @@ class RolloutScheduler:
             while True:
                 if self._error is not None:
                     error, self._error = self._error, None
+                    if isinstance(error, RollError):
+                        raise error
                     raise RuntimeError(f"rollout failed: {error}") from error
                 for tag in self.tags:
                     need = demand[tag] - len(taken[tag])
@@ -476,20 +534,19 @@ class RolloutScheduler:
             results = await asyncio.wait_for(self._lockstep_round(pending), timeout=max(deadline - time.monotonic(), 0.001))
             pending = []
             for group, slot, spec, trajs in results:
-                failure = next((t.failure for t in trajs if t.failure is not None), None)
-                if failure is None:
-                    group.done[slot] = trajs
+                if group.dropped:
                     continue
-                self._count_failure(spec.tag, failure, trajs)
-                group.attempts[slot] = group.attempts.get(slot, 0) + 1
-                group.failures[slot] = group.failures.get(slot, 0) + 1
-                if group.failures[slot] <= self.mcfg.max_episode_retries:
-                    self.counters["episode_retries"] += 1
+                verdict = self._settle(group, slot, spec, trajs)
+                if verdict in (EpisodeVerdict.RESTART, EpisodeVerdict.RETRY):
                     pending.append((group, slot))
-                elif not group.dropped:
-                    self.counters["groups_dropped"] += 1
+                elif verdict in (EpisodeVerdict.DROP, EpisodeVerdict.PERMANENT):
                     group.dropped = True
                     self._losses += 1
+                if self._error is not None:
+                    break
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
             for group in {id(g): g for g, *_ in results}.values():
                 if group.dropped or not group.complete or group.group_id not in self._groups:
                     continue
@@ -556,8 +613,14 @@ class RolloutScheduler:
         trajs = [t for g in groups for t in g.trajectories()]
         metrics = episode_metrics(trajs, self.version)
         metrics.update(counter_metrics(self.counters, self.failures_by_tag))
+        failed = sum(v for k, v in self.counters.items() if k.startswith("failures/") and k != "failures/permanent")
+        attempted = failed + self.counters["episodes_finished"]
+        metrics["rollout/episodes_failed"] = float(failed)
+        metrics["rollout/failed_episode_share"] = failed / attempted if attempted else 0.0
+        causes = self.failure_causes
         self.counters = Counter()
         self.failures_by_tag = Counter()
+        self.failure_causes = Counter()
         tokens = sum(t.num_model_tokens for t in trajs)
         episodes = len({t.episode_id for t in trajs})
         metrics["timing/rollout/get_batch_s"] = elapsed
@@ -570,4 +633,4 @@ class RolloutScheduler:
         if batch is not None:
             batch.meta["metrics"] = dict(metrics)
             batch.meta["policy_version"] = self.version
-        return RolloutBatch(batch, trajs, metrics, [g.group_id for g in groups])
+        return RolloutBatch(batch, trajs, metrics, [g.group_id for g in groups], causes)

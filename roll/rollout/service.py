@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+from roll.rollout.failures import ENV_ERRORS_LOG, ErrorLog
 from roll.rollout.scheduler import RolloutBatch, RolloutScheduler
 from roll.utils.loop import LoopThread
 from roll.workers.environment import EnvironmentWorker, create_env_workers
@@ -34,7 +36,8 @@ def build_rollout_scheduler(
 
     ``inference_workers``: Ray actor handles of the inference role (or local strategy
     objects with ``use_ray=False``); ``tokenizer``: a model path (needed with Ray: each env
-    worker loads it) or a tokenizer object (in-process)."""
+    worker loads it) or a tokenizer object (in-process). Env failures are logged to
+    ``<output_dir>/env_errors.log``."""
     mcfg = config.val_env_manager if validation else config.train_env_manager
     if mcfg is None:
         raise ValueError("validation needs val_env_manager in the config")
@@ -59,7 +62,9 @@ def build_rollout_scheduler(
 
         tok = AutoTokenizer.from_pretrained(tok)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    return RolloutScheduler(envs, mcfg, config.rollout, hosts, pad_token_id=int(pad), seed=config.seed, validation=validation)
+    error_log = ErrorLog(Path(config.output_dir).resolve() / ENV_ERRORS_LOG) if getattr(config, "output_dir", None) else None
+    return RolloutScheduler(envs, mcfg, config.rollout, hosts, pad_token_id=int(pad), seed=config.seed,
+                            validation=validation, error_log=error_log)
 
 
 class ThreadedScheduler:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.data.trajectory import Trajectory
 from roll.rollout.chat import ChatRenderer
-from roll.rollout.control import RolloutControl, ThreadRunner
+from roll.rollout.control import CallTimeout, RolloutControl, ThreadRunner
 from roll.rollout.env_manager import EnvManager, EpisodeSpec
 from roll.rollout.router import Router
 from roll.utils.logging import get_logger
@@ -84,7 +85,6 @@ class EnvironmentWorker:
         self._active: dict[str, EnvManager] = {}
         self._tasks: dict[str, asyncio.Task] = {}
         self._failed_starts: dict[str, Trajectory] = {}
-        self._last_create_error = ""
         self.counters: Counter = Counter()
 
     # built on first use, inside the event loop that runs the episodes
@@ -106,8 +106,8 @@ class EnvironmentWorker:
     # ---- per-sample -------------------------------------------------------------------
     async def run_episode(self, spec: EpisodeSpec) -> list[Trajectory]:
         manager = await self._create(spec)
-        if manager is None:
-            return [self._env_failure(spec)]
+        if not isinstance(manager, EnvManager):
+            return [manager]
         self._active[spec.episode_id] = manager
         task = asyncio.current_task()
         if task is not None:
@@ -134,8 +134,8 @@ class EnvironmentWorker:
     # ---- lockstep ---------------------------------------------------------------------
     async def start_episode(self, spec: EpisodeSpec) -> bool:
         manager = await self._create(spec)
-        if manager is None:
-            self._failed_starts[spec.episode_id] = self._env_failure(spec)
+        if not isinstance(manager, EnvManager):
+            self._failed_starts[spec.episode_id] = manager
             return False
         self._active[spec.episode_id] = manager
         await manager.reset()
@@ -205,7 +205,10 @@ class EnvironmentWorker:
             envs.clear()
 
     # ---- env pool ---------------------------------------------------------------------
-    async def _create(self, spec: EpisodeSpec) -> EnvManager | None:
+    async def _create(self, spec: EpisodeSpec) -> EnvManager | Trajectory:
+        """An EnvManager on a pooled or new env, or the failed trajectory of an env that could
+        not be created: a constructor error or unknown id is permanent (it will recur), a
+        constructor that timed out is not."""
         if spec.tag not in self.env_configs:
             raise KeyError(f"unknown env tag {spec.tag!r}; configured: {sorted(self.env_configs)}")
         cfg = self.env_configs[spec.tag]
@@ -218,10 +221,15 @@ class EnvironmentWorker:
                 env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
             except Exception as e:  # counted as an env failure of this episode
                 runner.close()
-                self._last_create_error = f"{type(e).__name__}: {e}"
                 self.counters["env_create_failures"] += 1
                 logger.warning("creating env %s for tag %s failed: %s", cfg.env_id, spec.tag, e)
-                return None
+                timed_out = isinstance(e, CallTimeout)
+                return Trajectory(
+                    failure="env_timeout" if timed_out else "env_error",
+                    failure_detail=f"creating env {cfg.env_id!r} (tag {spec.tag!r}) failed: {type(e).__name__}: {e}",
+                    failure_traceback="" if timed_out else "".join(traceback.format_exception(e)),
+                    failure_permanent=not timed_out, env_tag=spec.tag, env_id=cfg.env_id,
+                    group_id=spec.group_id, env_seed=spec.env_seed, episode_id=spec.episode_id)
             self.counters["envs_created"] += 1
         return EnvManager(spec, env, runner, cfg, self.mcfg, self.gen, self._renderers[spec.tag], self.router, self.control)
 
@@ -235,13 +243,6 @@ class EnvironmentWorker:
                 _close_quietly(manager.env)
         else:
             self._idle_envs[manager.spec.tag].append((manager.env, manager.runner))
-
-    def _env_failure(self, spec: EpisodeSpec) -> Trajectory:
-        return Trajectory(
-            failure="env_error", failure_detail=self._last_create_error or "env creation failed",
-            env_tag=spec.tag, env_id=self.env_configs[spec.tag].env_id, group_id=spec.group_id,
-            env_seed=spec.env_seed, episode_id=spec.episode_id,
-        )
 
 
 def _close_quietly(env: Any) -> None:

@@ -8,6 +8,7 @@ abort: an aborted request returns the tokens "decoded" so far with finish_reason
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 import zlib
@@ -127,8 +128,15 @@ class CountdownEnv(gymnasium.Env):
         return f"{self.left} steps to go", (1.0 if valid else -0.1), done, False, info
 
 
+_flaky_calls = itertools.count()
+
+
 class FlakyEnv(CountdownEnv):
-    """CountdownEnv that raises on ``error_p`` of steps and hangs ``hang_s`` on ``hang_p`` of them."""
+    """CountdownEnv that raises on ``error_p`` of steps and hangs ``hang_s`` on ``hang_p`` of them.
+
+    Its error messages carry a call number, as transient errors (a dropped connection, a busy
+    server) rarely repeat word for word: the same message at the same turn from the same seed
+    twice is what roll/rollout/failures.py calls permanent."""
 
     def __init__(self, error_p: float = 0.10, hang_p: float = 0.05, hang_s: float = 2.0, **kw):
         super().__init__(**kw)
@@ -139,7 +147,7 @@ class FlakyEnv(CountdownEnv):
     def step(self, action):
         u = self.rng.random()
         if u < self.error_p:
-            raise RuntimeError("injected env failure")
+            raise RuntimeError(f"injected env failure (call {next(_flaky_calls)})")
         if u < self.error_p + self.hang_p:
             time.sleep(self.hang_s)
         return super().step(action)
