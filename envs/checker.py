@@ -9,16 +9,23 @@ warnings turned into failures) plus what the roll contract adds for text envs:
   ``action_is_valid`` and ``action_is_effective``; rewards are finite numbers;
 - determinism: two fresh envs, same seed, same actions -> identical observations, rewards,
   flags and infos (for several seeds);
-- garbage actions (empty, huge, unicode, nested or unbalanced tags, non-strings) never raise
-  and are reported as invalid when the env requires the answer format;
+- full episodes of three kinds, ``episodes`` of each: random answers, garbage actions (empty,
+  huge, unicode, nested or unbalanced tags, non-strings) on every turn, and random answers
+  mixed with garbage; every step's outputs are checked, none may raise, and malformed text is
+  reported as invalid when the env requires the answer format;
 - episodes end (terminate or truncate) within ``max_episode_turns`` turns of random play;
 - ``expert_plan()``, where present, returns a list of strings.
+
+The random agent draws from its own generator (``agent_seed``), never from the env's seed: an
+agent seeded like the env repeats the env's own draws (it "guesses" a number-guessing env's
+secret on the first turn) and never reaches the states where envs break.
 
 It raises ``EnvCheckError`` listing every failed check, and returns a report otherwise.
 """
 from __future__ import annotations
 
 import math
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +115,20 @@ def _check_step(env: gym.Env, result: Any, where: str) -> list[str]:
     return errs
 
 
+def _raised(e: BaseException) -> str:
+    """``Type: message (at file:line)``: where in the env the exception came from."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"raised {type(e).__name__}: {e}{where}"
+
+
+def _short(action: Any) -> str:
+    """The action for a message: long model text keeps its start and its end (the answer)."""
+    if isinstance(action, (str, bytes)) and len(action) > 48:
+        return f"{action[:12]!r}...{action[-28:]!r}"
+    return repr(action)
+
+
 def _rollout(env: gym.Env, seed: int, actions: list[Any]) -> list[Any]:
     out: list[Any] = [env.reset(seed=seed)]
     for a in actions:
@@ -125,11 +146,52 @@ def check_text_env(
     determinism_turns: int = 20,
     max_episode_turns: int = 1000,
     run_gymnasium_checker: bool = True,
+    episodes: int = 3,
+    garbage_turns: int = 20,
+    agent_seed: int = 20240917,
 ) -> CheckReport:
-    """Check a registered env id (or a zero-argument env factory); raise EnvCheckError on failure."""
+    """Check a registered env id (or a zero-argument env factory); raise EnvCheckError on failure.
+
+    ``episodes`` full episodes of each kind of play (random, garbage, mixed) run on env seeds
+    taken in turn from ``seeds``; garbage and mixed episodes stop after ``garbage_turns`` turns
+    if the env has not ended them (an env need not end an episode of nonsense quickly)."""
     env_id = env if isinstance(env, str) else getattr(env, "__name__", repr(env))
     report = CheckReport(str(env_id))
     errors: list[str] = []
+    agent_rng = np.random.default_rng(agent_seed)
+    garbage_actions = MALFORMED_ACTIONS + ODD_ACTIONS
+
+    def agent_for(e: gym.Env) -> RandomAgent:
+        return RandomAgent(e, seed=int(agent_rng.integers(2**63)))
+
+    def play(e: gym.Env, seed: int, pick: Callable[[int, Any, Any], tuple[Any, bool]], max_turns: int,
+             label: str, must_end: bool) -> list[str]:
+        """One full episode; ``pick(turn, obs, info) -> (action, is_malformed)``."""
+        try:
+            obs, info = e.reset(seed=seed)
+        except Exception as exc:  # a crash is a failed check, reported with the others
+            return [f"{label} seed {seed}: reset {_raised(exc)}"]
+        if not isinstance(obs, str):
+            return [f"{label} seed {seed}: reset observation is {type(obs).__name__}, not str"]
+        strict = getattr(getattr(e.unwrapped, "parser_config", None), "require_answer_tag", False)
+        for turn in range(max_turns):
+            action, malformed = pick(turn, obs, info)
+            where = f"{label} seed {seed} turn {turn} (action {_short(action)})"
+            try:
+                res = e.step(action)
+            except Exception as exc:
+                return [f"{where}: step {_raised(exc)}"]
+            errs = _check_step(e, res, where)
+            if malformed and strict and not errs and res[4].get("action_is_valid") is True:
+                errs.append(f"{where}: a malformed action was accepted as valid")
+            if errs:
+                return errs
+            obs, _, terminated, truncated, info = res
+            if terminated or truncated:
+                return []
+        if must_end:
+            return [f"{label} seed {seed}: episode did not end within {max_turns} random turns (no truncation?)"]
+        return []
 
     def run(name: str, fn: Callable[[], list[str]]) -> None:
         try:
@@ -174,22 +236,45 @@ def check_text_env(
         e.close()
         return errs
 
+    def episode_seeds() -> list[int]:
+        return [seeds[i % len(seeds)] + (i // len(seeds)) * 1000 for i in range(episodes)]
+
     def random_play() -> list[str]:
         e = _make(env, env_kwargs)
         errs = []
-        for seed in seeds:
-            agent = RandomAgent(e, seed=seed)
-            obs, info = e.reset(seed=seed)
-            for turn in range(max_episode_turns):
-                res = e.step(agent.act(obs, info))
-                errs += _check_step(e, res, f"seed {seed} turn {turn}")
-                if errs:
-                    break
-                obs, _, terminated, truncated, info = res
-                if terminated or truncated:
-                    break
-            else:
-                errs.append(f"seed {seed}: episode did not end within {max_episode_turns} random turns (no truncation?)")
+        for seed in episode_seeds():
+            agent = agent_for(e)
+            errs += play(e, seed, lambda turn, obs, info: (agent.act(obs, info), False), max_episode_turns, "random play", True)
+        e.close()
+        return errs
+
+    def garbage_play() -> list[str]:
+        e = _make(env, env_kwargs)
+        errs = []
+        for i, seed in enumerate(episode_seeds()):
+            offset = i * 7  # each episode meets the garbage in another order and other states
+
+            def pick(turn: int, obs: Any, info: Any, offset: int = offset) -> tuple[Any, bool]:
+                k = (turn + offset) % len(garbage_actions)
+                return garbage_actions[k], k < len(MALFORMED_ACTIONS)
+
+            errs += play(e, seed, pick, garbage_turns, "garbage play", False)
+        e.close()
+        return errs
+
+    def mixed_play() -> list[str]:
+        e = _make(env, env_kwargs)
+        errs = []
+        for seed in episode_seeds():
+            agent = agent_for(e)
+
+            def pick(turn: int, obs: Any, info: Any) -> tuple[Any, bool]:
+                if agent_rng.random() < 0.5:
+                    return agent.act(obs, info), False
+                k = int(agent_rng.integers(len(garbage_actions)))
+                return garbage_actions[k], k < len(MALFORMED_ACTIONS)
+
+            errs += play(e, seed, pick, garbage_turns, "mixed play", False)
         e.close()
         return errs
 
@@ -197,7 +282,7 @@ def check_text_env(
         errs = []
         for seed in seeds:
             probe = _make(env, env_kwargs)
-            agent = RandomAgent(probe, seed=seed)
+            agent = agent_for(probe)
             obs, info = probe.reset(seed=seed)
             actions: list[Any] = []
             for i in range(determinism_turns):
@@ -251,6 +336,8 @@ def check_text_env(
     run("random play: step outputs and termination", random_play)
     run("determinism per seed", determinism)
     run("garbage actions never raise", garbage)
+    run("garbage play: full episodes of garbage", garbage_play)
+    run("mixed play: random answers and garbage", mixed_play)
     run("expert_plan type", expert)
     if errors:
         raise EnvCheckError(f"{env_id} failed {len(errors)} check(s):\n  " + "\n  ".join(errors[:50]))

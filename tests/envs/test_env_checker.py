@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.spaces import Discrete, Text
 from roll.envs.base import UnicodeText
@@ -101,3 +102,90 @@ class DiscreteObs(GoodEnv):
 def test_contract_violations_are_caught(cls, message):
     with pytest.raises(EnvCheckError, match=message):
         check_text_env(cls, max_episode_turns=50)
+
+
+class GuessNumber(gym.Env):
+    """A number-guessing env with a bug past the first turn: a wrong guess returns its hint as
+    an int, not text. An agent that shares the env's seed guesses the secret on turn 1 (both
+    draw the same first number) and never sees the bug."""
+
+    metadata = {"render_modes": []}
+    action_words = tuple(str(i) for i in range(10))
+
+    def __init__(self):
+        self.observation_space = UnicodeText(64)
+        self.action_space = UnicodeText()
+        self.secret = 0
+        self.turn = 0
+
+    def reset(self, *, seed: int | None = None, options=None):
+        super().reset(seed=seed)
+        self.secret = int(self.np_random.integers(0, 10))
+        self.turn = 0
+        return "guess a digit", {"instruction": "Answer <answer>d</answer> with a digit 0-9."}
+
+    def step(self, action):
+        self.turn += 1
+        parsed = extract_answer(action)
+        valid = parsed.valid and parsed.answer.strip() in self.action_words
+        solved = valid and int(parsed.answer) == self.secret
+        info = {"success": solved, "action_is_valid": valid, "action_is_effective": valid}
+        if not valid:
+            return "say a digit", -0.1, False, self.turn >= 6, info
+        obs = "solved" if solved else self.secret - int(parsed.answer)  # the bug: an int hint
+        return obs, float(solved), solved, self.turn >= 6, info
+
+
+class BreaksOnLaterGarbage(GoodEnv):
+    """Handles garbage on the first turn only: later, a non-text action crashes it."""
+
+    def reset(self, *, seed=None, options=None):
+        self.turn = 0
+        return super().reset(seed=seed)
+
+    def step(self, action):
+        self.turn += 1
+        if self.turn > 1:
+            action = action.strip()  # AttributeError for None, int and bytes actions past turn 1
+        return super().step(action)
+
+
+def test_the_random_agent_does_not_share_the_env_seed():
+    """The agent seeded like the env repeats the env's first draw; the checker's own generator does not."""
+    from roll.envs.agents import RandomAgent
+
+    env = GuessNumber()
+    hits_shared = hits_own = 0
+    rng = np.random.default_rng(20240917)
+    for seed in range(10):
+        env.reset(seed=seed)
+        hits_shared += RandomAgent(env, seed=seed).random_action() == str(env.secret)
+        hits_own += RandomAgent(env, seed=int(rng.integers(2**63))).random_action() == str(env.secret)
+    assert hits_shared == 10  # what the issue saw: a correct guess on turn 1 for 10 of 10 seeds
+    assert hits_own <= 4
+
+
+def test_a_bug_past_the_first_turn_of_a_number_guessing_env_fails_the_checker():
+    with pytest.raises(EnvCheckError, match=r"random play seed \d+ turn \d+ .*observation is int, not str"):
+        check_text_env(GuessNumber)
+
+
+def test_garbage_past_the_first_turn_is_checked():
+    with pytest.raises(EnvCheckError) as err:
+        check_text_env(BreaksOnLaterGarbage, max_episode_turns=50)
+    text = str(err.value)
+    assert "garbage play seed" in text and "step raised AttributeError" in text
+    assert "test_env_checker.py:" in text  # the env's file and line
+    assert "garbage actions never raise" not in text  # the first-step sweep alone passed it
+
+
+def test_every_step_of_every_episode_is_type_checked():
+    """An observation that turns into a non-string only late in an episode is caught."""
+
+    class LateIntObs(GoodEnv):
+        def step(self, action):
+            obs, *rest = super().step(action)
+            return (7 if self.count >= 2 else obs), *rest
+
+    with pytest.raises(EnvCheckError, match="observation is int, not str"):
+        check_text_env(LateIntObs, max_episode_turns=50)
