@@ -7,7 +7,9 @@ registered reward function (``rewards.<name>.reward_fn``) and scores one sample 
 ``timeout_s`` per sample. A function that raises, or runs past the timeout, gives a
 :class:`RewardResult` with ``failed`` set ("error" or "timeout") and the exception type;
 never a silent 0. A timed-out call's thread cannot be stopped; the worker counts such hung
-calls and the client restarts a worker that holds ``max_hung_calls`` of them.
+calls and the client restarts a worker that holds ``max_hung_calls`` of them. A failure that
+does not depend on the sample (broken code, a wrong signature, a result that is not a
+RewardOutput) is marked ``permanent`` and carries its traceback; the pipeline stops the run.
 
 :class:`RewardClient` (driver side) routes a sample to its domain's workers by tag (least
 outstanding calls first), adds a backstop timeout around the Ray call, turns a dead actor
@@ -24,6 +26,7 @@ import concurrent.futures
 import importlib
 import math
 import time
+import traceback
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +53,31 @@ class RewardResult:
     components: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    permanent: bool = False
+    """The failure does not depend on the sample, so every sample will fail the same way (see
+    :func:`is_permanent_reward_error`): the pipeline stops the run."""
+    traceback: str = ""
+    """Where the reward function raised (file and line), for the run's reward_errors.log."""
+
+
+_BROKEN_CODE_ERRORS = (ImportError, NameError, SyntaxError, NotImplementedError)
+_NOT_CALLED = object()
+
+
+def is_permanent_reward_error(exc: BaseException, contract: bool = False) -> bool:
+    """Whether a reward error is a property of the function rather than of the sample: its code
+    cannot run (an import, name or syntax error, a stub), it broke the RewardOutput contract
+    (``contract``), or the call itself did not fit its signature (a TypeError raised at the
+    call, before any line of the function ran). Errors about the sample (a reply without a
+    score, a record without a field) fail that sample only, counted."""
+    if contract or isinstance(exc, _BROKEN_CODE_ERRORS):
+        return True
+    if isinstance(exc, TypeError):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb is not None and tb.tb_frame.f_code is score_sample.__code__
+    return False
 
 
 def _plain(value: Any) -> Any:
@@ -66,6 +94,7 @@ def _plain(value: Any) -> Any:
 def score_sample(fn: Any, sample: dict, fields: dict) -> RewardResult:
     """Call the reward function (in the calling thread) and convert its output or exception."""
     t0 = time.perf_counter()
+    out: Any = _NOT_CALLED
     try:
         out = fn(sample, **fields)
         if not isinstance(out, RewardOutput):
@@ -74,8 +103,10 @@ def score_sample(fn: Any, sample: dict, fields: dict) -> RewardResult:
         if math.isnan(score):  # NaN would poison group statistics
             raise ValueError("reward function returned NaN")
     except Exception as e:  # noqa: BLE001  (any reward error is counted and surfaced by the caller, never scored)
+        contract = out is not _NOT_CALLED and not isinstance(out, RewardOutput)
         return RewardResult(failed="error", error=f"{type(e).__name__}: {str(e)[:300]}",
-                            elapsed_s=time.perf_counter() - t0)
+                            elapsed_s=time.perf_counter() - t0, permanent=is_permanent_reward_error(e, contract),
+                            traceback="".join(traceback.format_exception(e)))
     return RewardResult(score=score, success=bool(out.success),
                         components={k: float(v) for k, v in out.components.items()},
                         info=_plain(out.info), elapsed_s=time.perf_counter() - t0)

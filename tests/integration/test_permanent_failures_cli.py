@@ -1,0 +1,75 @@
+"""`roll run` on a user's broken env (registered through `imports:`), as a new user meets it:
+a non-zero exit, one line naming the env and the error, the traceback in the run directory,
+and no checkpoint or final model from a run that trained nothing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from .helpers import REPO, cli_env
+
+pytestmark = pytest.mark.integration
+
+PLUGIN = '''
+import gymnasium
+from gymnasium import spaces
+
+
+class RaisesOnTurn3(gymnasium.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Text(max_length=100)
+        self.action_space = spaces.Text(max_length=100)
+        self.turn = 0
+
+    def reset(self, seed=None, options=None):
+        self.turn = 0
+        return "start", {}
+
+    def step(self, action):
+        self.turn += 1
+        if self.turn == 3:
+            return {"board": None}["board"].strip()  # the bug: on turn 3, every episode
+        return f"turn {self.turn}", 0.0, False, False, {}
+
+
+gymnasium.register(id="usertest/RaisesOnTurn3-v0", entry_point=RaisesOnTurn3, disable_env_checker=True)
+'''
+
+
+def test_env_raising_on_turn_3_stops_the_run(tmp_path):
+    (tmp_path / "broken_env_plugin.py").write_text(PLUGIN)
+    out = tmp_path / "run"
+    config = tmp_path / "broken.yaml"
+    config.write_text(textwrap.dedent(f"""
+        defaults: [{REPO / "configs/agentic/base_cpu.yaml"}]
+        imports: [broken_env_plugin]
+        max_steps: 2
+        save_steps: 1
+        eval_steps: 0
+        show_progress: false
+        output_dir: {out}
+        custom_envs:
+          Broken: {{env_id: usertest/RaisesOnTurn3-v0, max_turns: 5}}
+        train_env_manager: {{tags: [Broken], group_size: 2}}
+        actor_infer: {{generating_args: {{max_new_tokens: 4}}}}
+        """))
+    env = cli_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"  # the driver and the Ray workers import it
+    proc = subprocess.run([sys.executable, "-m", "roll", "run", str(config)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("roll: ")]
+    assert lines, proc.stderr[-3000:]
+    msg = lines[0]  # the one-line message (the CLI may add where its own log is)
+    assert "env tag 'Broken' (env id 'usertest/RaisesOnTurn3-v0') fails permanently" in msg
+    assert "AttributeError: 'NoneType' object has no attribute 'strip'" in msg
+    assert "at turn 3 twice" in msg and f"traceback in {out / 'env_errors.log'}" in msg
+    log = (out / "env_errors.log").read_text()
+    assert f'{tmp_path / "broken_env_plugin.py"}", line 21, in step' in log
+    assert '{"board": None}["board"].strip()' in log
+    assert not (out / "checkpoints" / "step-1").exists() and not (out / "final_model").exists()
