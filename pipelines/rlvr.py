@@ -15,7 +15,10 @@ algorithm maths lives here.
 
 Failures: a response whose reward function raised or timed out, whose reward worker died, or
 whose generation failed is dropped from the batch and counted (``reward/<tag>/failed*``,
-``rollout/<tag>/inference_failed``); it never enters group statistics as a 0.
+``rollout/<tag>/inference_failed``); it never enters group statistics as a 0. Each goes to
+``<output_dir>/reward_errors.log`` with its traceback. A reward failure that does not depend on
+the sample (roll/workers/reward.py), a step with no trainable sample, or one where more than
+``rollout.max_failed_share`` of the responses failed stops the run (roll/rollout/failures.py).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.data.rlvr import DomainSampler, PromptSample, load_prompts
+from roll.errors import RunFailedError
+from roll.rollout.failures import REWARD_ERRORS_LOG, ErrorLog, check_step, one_line
 from roll.rollout.router import Router
 from roll.strategies.base import GenerationRequest
 from roll.utils.logging import get_logger
@@ -102,6 +107,9 @@ class RLVRPipeline(BasePipeline):
         self.loop: LoopThread | None = None
         self.data_metrics: dict[str, float] = {}
         self.dump_source: tuple[list[Response], list[Response]] = ([], [])
+        self.error_log = ErrorLog(self.output_dir / REWARD_ERRORS_LOG)
+        self.step_failures: tuple[int, int, int, Counter] = (0, 0, 0, Counter())
+        """This step's (responses, failed responses, filtered groups, failures by cause)."""
         """This step's (generated, batch samples) for ``dump_samples``."""
 
     # ================================================================ setup
@@ -179,10 +187,8 @@ class RLVRPipeline(BasePipeline):
         batch, rollout_metrics = self.collect_rollouts(step)
         metrics.update(rollout_metrics)
         if batch is None:
-            logger.warning("step %d: no usable responses (all failed or filtered); skipping training", step)
-            metrics["rollout/empty_batch"] = 1.0
-            self.dump_samples(step, None)
-            return metrics
+            self.dump_samples(step, None)  # the failed and filtered responses, before the run stops
+        self.check_rollout(step, batch, metrics)
         policy = self.policy
         metrics.update(policy.reference_logprobs(batch))
         metrics.update(policy.old_logprobs(batch))
@@ -192,6 +198,33 @@ class RLVRPipeline(BasePipeline):
         metrics.update(policy.train_actor(batch))
         self.dump_samples(step, batch)
         return metrics
+
+    def check_rollout(self, step: int, batch: Batch | None, metrics: dict[str, float]) -> None:
+        """Stop the run (RunFailedError, after logging the step's metrics) when the step has no
+        trainable sample or more than ``rollout.max_failed_share`` of its responses failed."""
+        attempted, failed, filtered, causes = self.step_failures
+        note = f"{filtered} groups filtered (drop_uniform_groups)" if filtered else ""
+        try:
+            check_step(step, what="responses", attempted=attempted, failed=failed,
+                       trainable=0 if batch is None else len(batch), limit=self.cfg.rollout.max_failed_share,
+                       causes=causes, log=self.error_log, note=note)
+        except RunFailedError:
+            metrics["rollout/empty_batch"] = float(batch is None)
+            self.tracker.log(metrics, step=step + 1)
+            raise
+
+    def record_failures(self, groups: list[list[Response]]) -> None:
+        """Every failed response goes to reward_errors.log (the first traceback of each distinct
+        error in full); a reward failure that does not depend on the sample stops the run."""
+        for r in (r for g in groups for r in g if r.reward.failed):
+            self.error_log.record(f"response {r.group_id} domain={r.tag} reward={self.tag_to_reward.get(r.tag)}",
+                                  r.reward.failed, r.reward.error, r.reward.traceback)
+        broken = next((r for g in groups for r in g if r.reward.permanent), None)
+        if broken is not None:
+            name = self.tag_to_reward[broken.tag]
+            raise RunFailedError(f"reward {name!r} (reward_fn {self.cfg.rewards[name].reward_fn!r}, domain "
+                                 f"{broken.tag!r}) fails permanently: {one_line(broken.reward.error)}; "
+                                 f"traceback in {self.error_log}")
 
     def sync_weights(self, step: int) -> dict[str, float]:
         """Generation is finished between steps, so no request sees a half-updated model."""
@@ -211,6 +244,7 @@ class RLVRPipeline(BasePipeline):
                 prompts = [self.prompts[id(s)] for s in self.sampler.sample(need - len(kept))]
                 groups = self.loop.run(self._generate_groups(prompts, step, rounds, self.group_size,
                                                              cfg.actor_infer.generating_args.temperature))
+                self.record_failures(groups)
                 for group in groups:
                     generated += group
                     verdict = self.query_filter(group)
@@ -229,6 +263,10 @@ class RLVRPipeline(BasePipeline):
             metrics.update(self.rewards.restart_hung_workers())
         samples = [r for g in kept for r in g if r.reward.failed is None and r.output_ids]
         self.dump_source = (generated, samples)  # dumped after the advantages (train_step)
+        failed = [r for r in generated if r.reward.failed]
+        self.step_failures = (len(generated), len(failed),
+                              sum(c.get("groups_filtered", 0) for c in counts.values()),
+                              Counter(f"{r.reward.failed}: {r.reward.error}" for r in failed))
         metrics["rollout/batch_samples"] = float(len(samples))
         return (self.build_batch(samples) if samples else None), metrics
 
