@@ -20,8 +20,9 @@ import yaml
 
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError, to_dict
-from roll.tracking import create_tracker
-from roll.utils.checkpoint import CheckpointManager, set_rng_state
+from roll.errors import CheckpointError
+from roll.tracking import create_tracker, resolve_trackers
+from roll.utils.checkpoint import CheckpointManager, set_rng_state, verify_checkpoint
 from roll.utils.logging import get_logger, progress
 
 logger = get_logger("roll.pipelines")
@@ -57,6 +58,12 @@ def init_ray(cfg: PipelineConfig) -> None:
         if cfg.ray.num_cpus is not None:
             kwargs["num_cpus"] = cfg.ray.num_cpus
     ray.init(**kwargs)
+    if not cfg.ray.address:
+        # This driver owns the local cluster: none of its processes may outlive the driver,
+        # however it dies (see roll/utils/reaper.py for the ones Ray itself leaves for a minute).
+        from roll.utils.reaper import start_reaper
+
+        start_reaper()
 
 
 class BasePipeline:
@@ -66,11 +73,14 @@ class BasePipeline:
         self.cfg = cfg
         self.output_dir = Path(cfg.output_dir).resolve()
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        seed_everything(cfg.seed, cfg.deterministic)
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", cfg.max_ckpt_to_keep)
         self.start_step = 0
+        # Verified here, in the driver, before Ray starts or anything is written: a damaged or
+        # unsafe checkpoint is skipped (or refused) by name, never handed to a worker.
+        self.resume_state: dict[str, Any] = {}
         self.resume_from: Optional[Path] = self._find_resume_checkpoint()
+        (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        seed_everything(cfg.seed, cfg.deterministic)
         self.tracker = None
         self.timings: dict[str, float] = {}
         self.pool = None
@@ -124,7 +134,7 @@ class BasePipeline:
         final = self.output_dir / "final_model"
         if final.exists():
             shutil.rmtree(final)
-        shutil.copytree(latest / self.final_role, final, ignore=shutil.ignore_patterns("trainer_state.pt"))
+        shutil.copytree(latest / self.final_role, final, ignore=shutil.ignore_patterns("trainer_state.*", "deepspeed"))
         tokenizer = getattr(self, "tokenizer", None)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(final))
@@ -160,45 +170,65 @@ class BasePipeline:
             self.timings[f"timing/{name}"] = self.timings.get(f"timing/{name}", 0.0) + time.perf_counter() - t0
 
     def _find_resume_checkpoint(self) -> Optional[Path]:
+        """The checkpoint to resume from, verified (its state in ``resume_state``), or None.
+
+        ``true``: the newest good checkpoint of this run (damaged ones are skipped with a
+        warning naming them); a path: exactly that checkpoint, or a CheckpointError saying
+        why not. ``max_steps`` must lie above the checkpoint's step: a resume never writes a
+        step at or below the one it restored."""
         r = self.cfg.resume_from_checkpoint
         if r is False:
             return None
         if r is True:
-            latest = self.checkpoints.latest()
-            if latest is None:
+            found = self.checkpoints.find_resumable()
+            if found is None:
                 logger.info("resume_from_checkpoint: no checkpoint in %s yet; starting fresh", self.checkpoints.root)
-            return latest
-        path = Path(str(r))
-        if not path.exists():
-            raise ConfigError([f"resume_from_checkpoint: {path} does not exist"])
+                return None
+            path, self.resume_state = found
+        else:
+            path = Path(str(r))
+            if not path.exists():
+                raise ConfigError([f"resume_from_checkpoint: {path} does not exist"])
+            self.resume_state = verify_checkpoint(path)
+        step = int(self.resume_state["step"])
+        if self.cfg.max_steps <= step:
+            raise CheckpointError(
+                f"resume_from_checkpoint: {path} is at step {step} and max_steps={self.cfg.max_steps} is not above "
+                f"it, so there is nothing to train (resuming would overwrite later checkpoints with this state); "
+                f"set max_steps above {step} to continue this run")
         return path
 
     def _restore(self) -> None:
         assert self.resume_from is not None
-        state = CheckpointManager.read_state(self.resume_from)
+        state = self.resume_state
         self.load_state(self.resume_from, state)
         set_rng_state(state["rng"])
         self.start_step = int(state["step"])
         logger.info("resumed from %s at step %d", self.resume_from, self.start_step)
 
     def save_checkpoint(self, step: int) -> None:
+        if self.resume_from is not None and step <= self.start_step:
+            raise CheckpointError(f"refusing to write checkpoint step-{step}: this run resumed at step "
+                                  f"{self.start_step} and must not overwrite it or an earlier one")
         self.checkpoints.save(step, self.save_state)
 
     def _make_tracker(self) -> None:
         log_dir = Path(self.cfg.tracking.log_dir or self.output_dir / "logs")
-        # A resumed run continues the tracker at the checkpoint's step (records after it are
-        # dropped: the resumed run writes them again).
-        resume_step = CheckpointManager.read_state(self.resume_from)["step"] if self.resume_from is not None else None
+        # Called only after a resume restored its state: a resumed run continues the tracker
+        # at the checkpoint's step (records after it are dropped: the resumed run writes them
+        # again), and a resume that fails leaves the files as they were.
+        resume_step = self.start_step if self.resume_from is not None else None
         self.tracker = create_tracker(self.cfg.tracking, run_name=self.cfg.exp_name, log_dir=str(log_dir),
                                       config_dict=to_dict(self.cfg), resume_step=resume_step)
 
     def run(self) -> None:
         cfg = self.cfg
-        self._make_tracker()  # fails at start-up for a missing tracker package
+        resolve_trackers(cfg.tracking)  # a missing tracker package fails at start-up, before setup
         try:
             self.setup()
             if self.resume_from is not None:
                 self._restore()
+            self._make_tracker()
             if cfg.eval_steps and self.start_step == 0:
                 with self.timer("validation"):
                     self.tracker.log({**self.validate(0), **self.timings}, step=0)

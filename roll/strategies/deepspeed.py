@@ -20,6 +20,10 @@ collective every rank must enter); ZeRO-2 parameters are already whole.
 
 Checkpoints: ``save(dir)`` writes the model in HF format (``from_pretrained``-loadable) plus
 DeepSpeed's own (partitioned optimizer + scheduler) checkpoint under ``dir/deepspeed``.
+DeepSpeed's loader unpickles those files with ``weights_only=False``; here its checkpoint
+engine reads them with ``torch.load(weights_only=True)`` instead, allowing only the few plain
+DeepSpeed classes they hold (``roll.utils.checkpoint.DEEPSPEED_SAFE_GLOBALS``), so a crafted
+file cannot run code.
 
 Not done here: DeepSpeed skips steps only for fp16 overflow; a non-finite gradient norm in
 fp32/bf16 is reported in ``grad_norm`` and counted in ``nonfinite_grad_steps``.
@@ -27,6 +31,7 @@ fp32/bf16 is reported in ``grad_norm`` and counted in ``nonfinite_grad_steps``.
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 import os
 from collections.abc import Iterator
@@ -39,6 +44,7 @@ import torch.nn.functional as F
 from roll.data.batch import Batch
 from roll.strategies.torch_train import (global_loss_normalizers, make_lr_scheduler, max_micro_batches, model_forward,
                                         reduce_step_metrics)
+from roll.utils.checkpoint import DEEPSPEED_SAFE_GLOBALS, safe_torch_load
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -78,6 +84,31 @@ def build_ds_config(strategy_config: dict[str, Any], training_args: Any, dtype: 
     cfg.setdefault("steps_per_print", 10 ** 9)  # roll's tracker logs; keep DeepSpeed quiet
     cfg.setdefault("wall_clock_breakdown", False)
     return cfg
+
+
+def deepspeed_safe_globals() -> list[type]:
+    """The classes of :data:`DEEPSPEED_SAFE_GLOBALS` (one list serves the driver's check and this load)."""
+    out = []
+    for dotted in DEEPSPEED_SAFE_GLOBALS:
+        module, _, name = dotted.rpartition(".")
+        out.append(getattr(importlib.import_module(module), name))
+    return out
+
+
+def make_checkpoint_loads_safe(engine: Any) -> None:
+    """Route every file DeepSpeed's ``load_checkpoint`` reads through ``safe_torch_load``."""
+    from deepspeed.runtime.checkpoint_engine import TorchCheckpointEngine
+
+    ckpt_engine = engine.checkpoint_engine
+    if type(ckpt_engine) is not TorchCheckpointEngine:
+        raise ValueError(f"deepspeed: checkpoint engine {type(ckpt_engine).__name__} is not supported: roll loads "
+                         "checkpoints only through TorchCheckpointEngine with weights_only=True")
+    allowed = deepspeed_safe_globals()
+
+    def load(path: str, map_location: Any = None) -> Any:
+        return safe_torch_load(path, allowed, map_location=map_location)
+
+    ckpt_engine.load = load  # instance attribute: saving keeps DeepSpeed's own code
 
 
 class DeepSpeedStrategy:
@@ -143,6 +174,7 @@ class DeepSpeedStrategy:
         scheduler = make_lr_scheduler(optimizer, a, self.num_training_steps)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config)
+        make_checkpoint_loads_safe(self.engine)
 
     @property
     def hf_model(self) -> torch.nn.Module:

@@ -39,7 +39,8 @@ Contracts other parts rely on:
   Hugging Face names, in buckets; a generator every rank must drain (FSDP gathers are
   collective), the tensors are only meaningful to send from rank 0.
 - ``save(dir)`` / ``load(dir)``: the model in HF format (``save_pretrained``, loadable with
-  ``from_pretrained``) plus ``trainer_state.pt`` (full optimizer and scheduler state, step).
+  ``from_pretrained``) plus ``trainer_state.pt`` (full optimizer and scheduler state, step),
+  read back with ``torch.load(weights_only=True)``: tensors and plain containers only.
 """
 from __future__ import annotations
 
@@ -415,11 +416,14 @@ class TorchTrainStrategy:
             set_optimizer_state_dict,
         )
 
+        from roll.utils.checkpoint import safe_torch_load
+
         # from_pretrained restores tied weights that save_pretrained de-duplicated
         full = type(self.hf_model).from_pretrained(path, dtype=_DTYPES[self.cfg.dtype]).state_dict()
         opts = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, full, options=opts)
-        state = torch.load(os.path.join(path, "trainer_state.pt"), map_location="cpu", weights_only=False)
+        # tensors and plain containers only: a crafted trainer_state.pt cannot run code
+        state = safe_torch_load(os.path.join(path, "trainer_state.pt"))
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=opts)
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])

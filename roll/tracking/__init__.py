@@ -4,6 +4,6 @@ Importing this package registers the builtin backends in ``roll.registry.TRACKER
 that registry's autoload module); a backend's own package is imported only when a run uses it.
 """
 from roll.tracking import backends as _backends  # noqa: F401  (registers the builtins)
-from roll.tracking.base import Tracker, TrackerGroup, create_tracker, to_scalars
+from roll.tracking.base import Tracker, TrackerGroup, create_tracker, resolve_trackers, to_scalars
 
-__all__ = ["Tracker", "TrackerGroup", "create_tracker", "to_scalars"]
+__all__ = ["Tracker", "TrackerGroup", "create_tracker", "resolve_trackers", "to_scalars"]

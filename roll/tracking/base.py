@@ -141,6 +141,29 @@ class TrackerGroup:
         self.finish()
 
 
+def resolve_trackers(tracking_cfg) -> dict[str, type]:
+    """The backend class of every name in ``tracking_cfg.track_with``, each one's package
+    imported; an unknown name, a missing package or malformed ``tracker_kwargs`` is a
+    ConfigError. Starts nothing and touches no file, so a pipeline calls it at start-up and
+    creates the tracker only once a resume has restored its state."""
+    classes: dict[str, type] = {}
+    errors: list[str] = []
+    for name in dict.fromkeys(tracking_cfg.track_with):
+        try:
+            classes[name] = TRACKERS.get(name)
+        except RegistryError as e:
+            errors.append(f"tracking.track_with: {e}")
+    if errors:
+        raise ConfigError(errors)
+    for name, cls in classes.items():  # all imports first: nothing starts if one is missing
+        _require(name, cls)
+    tracker_kwargs = dict(tracking_cfg.tracker_kwargs or {})
+    unknown = [k for k, v in tracker_kwargs.items() if k in TRACKERS and not isinstance(v, Mapping)]
+    if unknown:
+        raise ConfigError([f"tracking.tracker_kwargs.{k}: expected a mapping of {k} options" for k in unknown])
+    return classes
+
+
 def create_tracker(
     tracking_cfg,
     run_name: str,
@@ -154,23 +177,9 @@ def create_tracker(
     step a resumed run had logged: file backends drop what the interrupted run logged after
     it, and hosted backends continue the same run.
     """
-    names = list(dict.fromkeys(tracking_cfg.track_with))
-    classes: dict[str, type] = {}
-    errors: list[str] = []
-    for name in names:
-        try:
-            classes[name] = TRACKERS.get(name)
-        except RegistryError as e:
-            errors.append(f"tracking.track_with: {e}")
-    if errors:
-        raise ConfigError(errors)
-    for name, cls in classes.items():  # all imports first: nothing starts if one is missing
-        _require(name, cls)
+    classes = resolve_trackers(tracking_cfg)
     log_dir = tracking_cfg.log_dir or log_dir
     tracker_kwargs = dict(tracking_cfg.tracker_kwargs or {})
-    unknown = [k for k, v in tracker_kwargs.items() if k in TRACKERS and not isinstance(v, Mapping)]
-    if unknown:
-        raise ConfigError([f"tracking.tracker_kwargs.{k}: expected a mapping of {k} options" for k in unknown])
     started: dict[str, Tracker] = {}
     try:
         for name, cls in classes.items():
