@@ -1,8 +1,9 @@
 """roll/CodeSandbox-v0: solve a programming problem in up to N attempts with test feedback.
 
 The observation is the problem statement, then after each attempt the test report (how many
-tests passed and the first failing case, with its input, the expected and actual output or a
-truncated error). The agent answers with a complete program in a ```python block or inside
+tests passed and the first failing case: its input and verdict, with the program's own output or
+a truncated error). The expected output is shown only with ``show_expected=True``: over several
+turns a model shown expected outputs collects the hidden answers. The agent answers with a complete program in a ```python block or inside
 <answer>...</answer>. Success when every test passes.
 
 Reward per turn (all configurable):
@@ -52,6 +53,7 @@ class CodeSandboxEnv(gym.Env[str, str]):
         turn_cost: float = 0.0,
         format_penalty: float = -0.1,
         feedback_chars: int = 1200,
+        show_expected: bool = False,
         sandbox: SandboxConfig | Mapping[str, Any] | None = None,
         max_concurrency: int = 2,
         problems: Sequence[Problem] | None = None,
@@ -70,6 +72,7 @@ class CodeSandboxEnv(gym.Env[str, str]):
         self.full_pass_bonus = float(full_pass_bonus)
         self.turn_cost = float(turn_cost)
         self.feedback_chars = int(feedback_chars)
+        self.show_expected = bool(show_expected)
         if isinstance(sandbox, SandboxConfig):
             sandbox_config = sandbox
         else:
@@ -144,7 +147,7 @@ class CodeSandboxEnv(gym.Env[str, str]):
             if report.all_passed:
                 self._solved = True
                 reward += self.full_pass_bonus
-            self._obs = report.feedback(self.feedback_chars)
+            self._obs = report.feedback(self.feedback_chars, show_expected=self.show_expected)
         terminated = self._solved
         truncated = not terminated and self._turn >= self.max_turns
         self._done = terminated or truncated

@@ -9,14 +9,18 @@ Test cases (the ``tests`` / ``test_cases`` field, or the same keys on the sample
 - function calls: ``"assert add(1, 2) == 3"`` (``==``/``!=`` against a Python literal, ``is
   None``/``is not None``, or a bare expression that must be True), or ``{"call": "add(1, 2)",
   "expected": 3}`` (a JSON value; ``expected_repr`` takes a Python literal string instead).
-  All calls of a program run in one execution. The child only reports ``repr`` of each
-  returned value; the expected values never enter the sandbox, and the parent does the
-  comparison on plain data (``ast.literal_eval``), so a program cannot pass by printing
-  "ALL TESTS PASSED", by overriding ``__eq__``, or by reading the tests.
+  Each call is its own execution, which sees only its own call expression. The child only
+  reports ``repr`` of the returned value; the expected values never enter the sandbox, and
+  the parent does the comparison on plain data (``ast.literal_eval``), so a program cannot
+  pass by printing "ALL TESTS PASSED", by overriding ``__eq__``, or by reading the tests.
 - APPS/TACO style: ``{"inputs": [...], "outputs": [...]}`` (stdin/stdout), or with
   ``fn_name`` (each input is an argument list).
 
-Pass/fail is always decided here, in the parent, from captured output.
+Pass/fail is always decided here, in the parent, from captured output. Nothing a program
+prints can raise out of the reward: a case whose output cannot be parsed or compared is wrong
+(``judge_error`` in its detail, counted in the ``judge_errors`` component), and a sample has a
+wall-time budget (``budget_s``): cases whose turn comes after it are scored 0 as timeouts, so
+a program that sleeps costs a bounded time and never masks its sample.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,12 +42,14 @@ from roll.rewards.base import RewardOutput
 from roll.sandbox import ExecutionResult, SandboxPool, get_pool
 
 NO_CODE_HINT = "put the program in a ```python code block or inside <answer></answer>"
+DEFAULT_BUDGET_S = 30.0
+"""Wall time of one sample's executions; below the reward worker's default timeout_s (60)."""
 _LITERAL_MISSING = object()
 
-# The harness that runs function-call tests in the sandbox. It receives only the call
-# expressions, never the expected values, and prints one marked line per call with the repr of
-# the value (or the exception). It keeps its own references to what it needs before running
-# the solution, which may monkeypatch builtins.
+# The harness that runs one function-call test in the sandbox. It receives only its call
+# expression, never the expected value nor the other calls, and prints one marked line with the
+# repr of the value (or the exception). It keeps its own references to what it needs before
+# running the solution, which may monkeypatch builtins.
 _HARNESS = r'''
 import json, os, sys
 _write, _repr, _dumps, _type, _str = os.write, repr, json.dumps, type, str
@@ -55,9 +62,10 @@ def _emit(line):
     _write(1, ("\n" + line + "\n").encode("utf-8", "replace"))
 
 def _main():
-    mark, calls_path, src_path = sys.argv[1], sys.argv[2], sys.argv[3]
-    with open(calls_path) as f:
-        calls = json.load(f)
+    mark, call_path, src_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    with open(call_path) as f:
+        calls = [json.load(f)]
+    os.unlink(call_path)
     with open(src_path) as f:
         src = f.read()
     ns = {"__name__": "solution", "__builtins__": __builtins__}
@@ -266,9 +274,12 @@ def values_equal(expected: Any, got: Any, rel_tol: float = 1e-6, abs_tol: float 
     """Python equality on plain data, with a float tolerance and lists equal to tuples."""
     if isinstance(expected, float) or isinstance(got, float):
         if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-            if math.isnan(expected) or math.isnan(got):
-                return math.isnan(expected) and math.isnan(got)
-            return math.isclose(expected, got, rel_tol=rel_tol, abs_tol=abs_tol)
+            try:
+                if math.isnan(expected) or math.isnan(got):
+                    return math.isnan(expected) and math.isnan(got)
+                return math.isclose(expected, got, rel_tol=rel_tol, abs_tol=abs_tol)
+            except OverflowError:  # an int beyond any float (10**400) equals no finite float
+                return False
         return False
     if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
         return len(expected) == len(got) and all(values_equal(a, b, rel_tol, abs_tol) for a, b in zip(expected, got))
@@ -314,6 +325,14 @@ class CaseResult:
     status: str
     """passed, wrong_answer, runtime_error, syntax_error, timeout, memory, output_limit, crashed."""
     detail: str = ""
+    """Everything about the failure, the expected output included (for logs)."""
+    public: str | None = None
+    """The failure without the expected output (what a model may be shown); None: same as detail."""
+    judge_error: bool = False
+    """The output could not be parsed or compared (the case is wrong; counted)."""
+
+    def shown(self, show_expected: bool) -> str:
+        return self.detail if show_expected or self.public is None else self.public
 
 
 @dataclass
@@ -346,15 +365,22 @@ class TestReport:
     def first_failure(self) -> CaseResult | None:
         return next((c for c in self.cases if not c.passed), None)
 
-    def feedback(self, max_chars: int = 1200) -> str:
-        """A short report for the model: the counts and the first failing case."""
+    @property
+    def judge_errors(self) -> int:
+        return sum(c.judge_error for c in self.cases)
+
+    def feedback(self, max_chars: int = 1200, show_expected: bool = False) -> str:
+        """A short report for the model: the counts and the first failing case (its input and
+        verdict; its expected output only with ``show_expected``, since a model shown expected
+        outputs over several turns collects the hidden answers)."""
         if self.error:
             return self.error[:max_chars]
         head = f"Passed {self.passed}/{self.total} tests."
         first = self.first_failure
         if first is None:
             return head + " All tests passed."
-        return (head + f"\nTest {first.index + 1} failed ({first.status.replace('_', ' ')}):\n" + first.detail)[:max_chars]
+        body = first.shown(show_expected)
+        return (head + f"\nTest {first.index + 1} failed ({first.status.replace('_', ' ')}):\n" + body)[:max_chars]
 
 
 def _clip(text: str, n: int) -> str:
@@ -438,30 +464,54 @@ def run_tests(
     timeout_s: float | None = None,
     float_tolerance: float = 0.0,
     show_chars: int = 300,
+    budget_s: float | None = DEFAULT_BUDGET_S,
 ) -> TestReport:
-    """Run ``code`` against ``tests`` in ``pool``; SandboxError propagates (infrastructure)."""
+    """Run ``code`` against ``tests`` in ``pool``; SandboxError propagates (infrastructure).
+
+    ``budget_s`` bounds the wall time of all executions together (None: unbounded): each one
+    gets at most what is left of it, and a case whose turn comes after it is a timeout. Nothing
+    the program prints can raise out of here (see :func:`_judged`)."""
     timeout = float(timeout_s if timeout_s is not None else pool.config.timeout_s)
+    deadline = time.monotonic() + float(budget_s) if budget_s is not None else None
     report = TestReport(cases=[None] * len(tests))  # type: ignore[list-item]
     bad_syntax = syntax_error(code, pool.config.python)
     if bad_syntax:
         report.cases = [CaseResult(i, False, "syntax_error", bad_syntax) for i in range(len(tests))]
         return report
-    stdio = [(i, t) for i, t in enumerate(tests) if t.kind == "stdio"]
-    calls = [(i, t) for i, t in enumerate(tests) if t.kind == "call"]
-    jobs = [{"code": code, "stdin": t.stdin, "timeout_s": timeout} for _, t in stdio]
     mark = "@@roll-" + secrets.token_hex(8)
-    if calls:
-        jobs.append({
-            "code": _HARNESS, "timeout_s": timeout, "args": [mark, "calls.json", "solution.py"],
-            "files": {"solution.py": code, "calls.json": json.dumps([t.call for _, t in calls])},
-        })
-    results = pool.map_python(jobs)
-    for (i, t), r in zip(stdio, results):
-        report.cases[i] = _judge_stdio(i, t, r, timeout, float_tolerance, show_chars)
-    if calls:
-        for i, verdict in zip([i for i, _ in calls], _judge_calls(calls, results[-1], mark, timeout, show_chars)):
-            report.cases[i] = verdict
+    jobs = []
+    for t in tests:
+        if t.kind == "stdio":
+            jobs.append({"code": code, "stdin": t.stdin, "timeout_s": timeout})
+        else:  # one execution per call: a program sees no call but its own
+            jobs.append({"code": _HARNESS, "timeout_s": timeout, "args": [mark, "call.json", "solution.py"],
+                         "files": {"solution.py": code, "call.json": json.dumps(t.call)}})
+    results = pool.map_python(jobs, deadline=deadline)
+    for i, (t, r) in enumerate(zip(tests, results)):
+        if r is None:
+            why = f"not run: the sample's time budget ({budget_s:g} s) was spent"
+            report.cases[i] = CaseResult(i, False, "timeout", f"{_describe(t, show_chars)}\n{why}")
+        elif t.kind == "stdio":
+            report.cases[i] = _judged(i, t, _judge_stdio, r, timeout, float_tolerance, show_chars)
+        else:
+            report.cases[i] = _judged(i, t, _judge_call, r, mark, timeout, show_chars)
     return report
+
+
+def _describe(t: TestCase, n: int) -> str:
+    """The case's input, without its expected output."""
+    return f"Input:\n{_clip(t.stdin, n)}" if t.kind == "stdio" else f"Call: {_clip(t.call, n)}"
+
+
+def _judged(i: int, t: TestCase, judge, *args) -> CaseResult:
+    """``judge(i, t, *args)``, where any exception (the program's output could not be parsed or
+    compared: an odd digit, a number too large for a float, nesting too deep) makes the case
+    wrong and is counted, never raised: otherwise a wrong answer would dodge its 0."""
+    try:
+        return judge(i, t, *args)
+    except Exception as e:  # noqa: BLE001 - any failure to judge is a wrong answer, counted
+        why = f"the output could not be judged ({type(e).__name__})"
+        return CaseResult(i, False, "wrong_answer", f"{_describe(t, 300)}\n{why}", judge_error=True)
 
 
 def _judge_stdio(i: int, t: TestCase, r: ExecutionResult, timeout: float, tol: float, n: int) -> CaseResult:
@@ -469,44 +519,42 @@ def _judge_stdio(i: int, t: TestCase, r: ExecutionResult, timeout: float, tol: f
     if status:
         return CaseResult(i, False, status, f"Input:\n{_clip(t.stdin, n)}\n" + _error_detail(r, status, timeout))
     if r.stdout_truncated or not outputs_match(t.expected_stdout, r.stdout, tol):
-        return CaseResult(i, False, "wrong_answer", f"Input:\n{_clip(t.stdin, n)}\nExpected output:\n"
-                          f"{_clip(t.expected_stdout, n)}\nYour output:\n{_clip(r.stdout, n)}")
+        got = f"Your output:\n{_clip(r.stdout, n)}"
+        return CaseResult(i, False, "wrong_answer",
+                          f"Input:\n{_clip(t.stdin, n)}\nExpected output:\n{_clip(t.expected_stdout, n)}\n{got}",
+                          public=f"Input:\n{_clip(t.stdin, n)}\n{got}")
     return CaseResult(i, True, "passed")
 
 
-def _judge_calls(calls, r: ExecutionResult, mark: str, timeout: float, n: int) -> list[CaseResult]:
-    reported: dict[int, tuple[str, str]] = {}
+def _judge_call(i: int, t: TestCase, r: ExecutionResult, mark: str, timeout: float, n: int) -> CaseResult:
+    reported: tuple[str, str] | None = None
     load_error = None
     for line in r.stdout.splitlines():
         if not line.startswith(mark + " "):
             continue
-        rest = line[len(mark) + 1:]
-        head, _, payload = rest.partition(" ")
+        head, _, payload = line[len(mark) + 1:].partition(" ")
         try:
             text = json.loads(payload.partition(" ")[2]) if head != "LOAD" else json.loads(payload)
         except (json.JSONDecodeError, RecursionError):
             continue
         if head == "LOAD":
             load_error = str(text)
-        elif head.isdigit() and int(head) not in reported:
-            reported[int(head)] = (payload[:1], str(text))
+        elif head == "0" and reported is None:  # ASCII "0" only: the harness runs one call
+            reported = (payload[:1], str(text))
     status = _failure_status(r)
-    verdicts = []
-    for k, (i, t) in enumerate(calls):
-        desc = t.display or t.call
-        if load_error is not None:
-            verdicts.append(CaseResult(i, False, "runtime_error", f"{desc}\nthe solution failed to load: {_clip(load_error, n)}"))
-        elif k not in reported:
-            why = _error_detail(r, status, timeout) if status else "the program ended before this test ran"
-            verdicts.append(CaseResult(i, False, status or "crashed", f"{desc}\n{why}"))
-        elif reported[k][0] == "X":
-            verdicts.append(CaseResult(i, False, "runtime_error", f"{desc}\nraised {_clip(reported[k][1], n)}"))
-        else:
-            got_repr = reported[k][1]
-            ok = _call_passed(t, got_repr)
-            detail = "" if ok else f"{desc}\n{t.call} returned {_clip(got_repr, n)}"
-            verdicts.append(CaseResult(i, ok, "passed" if ok else "wrong_answer", detail))
-    return verdicts
+    desc = f"Call: {_clip(t.call, n)}"
+    if load_error is not None:
+        return CaseResult(i, False, "runtime_error", f"{desc}\nthe solution failed to load: {_clip(load_error, n)}")
+    if reported is None:
+        why = _error_detail(r, status, timeout) if status else "the program ended before this test ran"
+        return CaseResult(i, False, status or "crashed", f"{desc}\n{why}")
+    if reported[0] == "X":
+        return CaseResult(i, False, "runtime_error", f"{desc}\nraised {_clip(reported[1], n)}")
+    got_repr = reported[1]
+    if _call_passed(t, got_repr):
+        return CaseResult(i, True, "passed")
+    got = f"{t.call} returned {_clip(got_repr, n)}"
+    return CaseResult(i, False, "wrong_answer", f"{_clip(t.display or t.call, n)}\n{got}", public=f"{desc}\n{got}")
 
 
 def _call_passed(t: TestCase, got_repr: str) -> bool:
@@ -538,10 +586,13 @@ def code_sandbox_reward(sample: dict, **fields: Any) -> RewardOutput:
     the module docstring), ``fn_name`` (APPS style), ``timeout_s`` (per execution, default
     the sandbox's), ``float_tolerance`` (0: exact lines), ``score`` ("pass_rate" default, or
     "full_pass": 1 only when every test passes), ``sandbox`` (a SandboxConfig dict) and
-    ``max_concurrency`` (executions at a time in this process, default 2). The program is the
-    code in ``sample["response"]`` (or ``completion``/``output``/``text``), fenced or inside
-    <answer>. Components: pass_rate, full_pass. Raises ValueError on missing or malformed
-    tests and SandboxError when the sandbox itself fails.
+    ``max_concurrency`` (executions at a time in this process, default 2) and ``budget_s``
+    (wall time of the sample's executions together, default 30 s: keep it below the reward
+    worker's ``timeout_s``; cases past it score 0 as timeouts). The program is the code in
+    ``sample["response"]`` (or ``completion``/``output``/``text``), fenced or inside <answer>.
+    Components: pass_rate, full_pass, judge_errors (cases whose output could not be parsed or
+    compared: wrong, and counted). Raises ValueError on missing or malformed tests and
+    SandboxError when the sandbox itself fails; never on anything the program prints.
     """
     # Only per-sample data comes from the sample; how to score comes from the reward's config.
     fields = {**{k: sample[k] for k in _SAMPLE_FIELDS if k in sample and k not in fields}, **fields}
@@ -554,23 +605,27 @@ def code_sandbox_reward(sample: dict, **fields: Any) -> RewardOutput:
         raise ValueError(f"code_sandbox score must be 'pass_rate' or 'full_pass', got {score_mode!r}")
     response = _first(sample, ("response", "completion", "output", "text"))
     code, why = extract_code(response if response is not None else "")
+    budget = fields.get("budget_s", DEFAULT_BUDGET_S)
+    if budget is not None and not float(budget) > 0:
+        raise ValueError(f"code_sandbox budget_s must be > 0 (or null for none), got {budget!r}")
     if code is None:
-        return RewardOutput(0.0, False, {"pass_rate": 0.0, "full_pass": 0.0},
+        return RewardOutput(0.0, False, {"pass_rate": 0.0, "full_pass": 0.0, "judge_errors": 0.0},
                             {"error": why, "passed": 0, "total": len(cases)})
     pool = get_pool(fields.get("sandbox"), int(fields.get("max_concurrency", 2)))
     report = run_tests(code, cases, pool, timeout_s=fields.get("timeout_s"),
-                       float_tolerance=float(fields.get("float_tolerance", 0.0)))
+                       float_tolerance=float(fields.get("float_tolerance", 0.0)), budget_s=budget)
     full = 1.0 if report.all_passed else 0.0
     first = report.first_failure
     return RewardOutput(
         score=report.pass_rate if score_mode == "pass_rate" else full,
         success=report.all_passed,
-        components={"pass_rate": report.pass_rate, "full_pass": full},
+        components={"pass_rate": report.pass_rate, "full_pass": full, "judge_errors": float(report.judge_errors)},
         info={
             "passed": report.passed,
             "total": report.total,
             "statuses": [c.status for c in report.cases],
             "first_failure": first.detail if first else "",
             "isolation": pool.mode,
+            "resource_control": pool.sandbox.resource_control,
         },
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -30,7 +31,8 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
-        self.stats = {"executions": 0, "in_flight": 0, "peak_in_flight": 0, "sandbox_errors": 0, "timeouts": 0}
+        self.stats = {"executions": 0, "in_flight": 0, "peak_in_flight": 0, "sandbox_errors": 0, "timeouts": 0,
+                      "skipped": 0}
 
     def __reduce__(self):  # rebuilt, not copied, in another process (threads and locks do not travel)
         return (SandboxPool, (self.config, self.max_concurrency))
@@ -39,10 +41,19 @@ class SandboxPool:
     def mode(self) -> str:
         return self.sandbox.mode
 
-    def _guarded(self, fn: Callable[..., ExecutionResult], *args, **kwargs) -> ExecutionResult:
+    def _guarded(self, fn: Callable[..., ExecutionResult], *args, deadline: float | None = None,
+                 **kwargs) -> ExecutionResult | None:
         if self._closed:
             raise RuntimeError("the sandbox pool is closed")
         with self._slots:
+            if deadline is not None:  # the caller's budget (time.monotonic()) covers the wait too
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    with self._lock:
+                        self.stats["skipped"] += 1
+                    return None
+                asked = kwargs.get("timeout_s")
+                kwargs["timeout_s"] = min(float(asked if asked is not None else self.config.timeout_s), left)
             with self._lock:
                 self.stats["in_flight"] += 1
                 self.stats["peak_in_flight"] = max(self.stats["peak_in_flight"], self.stats["in_flight"])
@@ -64,23 +75,26 @@ class SandboxPool:
         """:meth:`Sandbox.run` within the concurrency bound (blocks while the pool is full)."""
         return self._guarded(self.sandbox.run, command, **kwargs)
 
-    def run_python(self, code: str, **kwargs: Any) -> ExecutionResult:
-        """:meth:`Sandbox.run_python` within the concurrency bound."""
-        return self._guarded(self.sandbox.run_python, code, **kwargs)
+    def run_python(self, code: str, *, deadline: float | None = None, **kwargs: Any) -> ExecutionResult | None:
+        """:meth:`Sandbox.run_python` within the concurrency bound. With ``deadline`` (a
+        ``time.monotonic()`` value) the run's timeout is cut to what is left of it, and a run
+        whose turn comes after it is not started: None."""
+        return self._guarded(self.sandbox.run_python, code, deadline=deadline, **kwargs)
 
-    def submit_python(self, code: str, **kwargs: Any) -> Future[ExecutionResult]:
+    def submit_python(self, code: str, **kwargs: Any) -> Future[ExecutionResult | None]:
         """Start :meth:`run_python` in the pool's own threads; returns a Future."""
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="roll-sandbox")
         return self._executor.submit(self.run_python, code, **kwargs)
 
-    def map_python(self, jobs: Sequence[Mapping[str, Any]]) -> list[ExecutionResult]:
+    def map_python(self, jobs: Sequence[Mapping[str, Any]], deadline: float | None = None) -> list[ExecutionResult | None]:
         """Run many ``run_python`` jobs (each a dict of its keyword arguments, with ``code``)
-        concurrently; results in job order. A SandboxError from any job is raised."""
+        concurrently; results in job order (None for a job not started by ``deadline``). A
+        SandboxError from any job is raised."""
         if len(jobs) <= 1:
-            return [self.run_python(**dict(j)) for j in jobs]
-        futures = [self.submit_python(**dict(j)) for j in jobs]
+            return [self.run_python(**dict(j), deadline=deadline) for j in jobs]
+        futures = [self.submit_python(**dict(j), deadline=deadline) for j in jobs]
         return [f.result() for f in futures]
 
     def close(self) -> None:

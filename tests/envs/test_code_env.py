@@ -65,6 +65,20 @@ def test_feedback_rewards_and_truncation():
     assert not info["action_is_valid"] and r == 0.0
 
 
+def test_feedback_shows_input_and_verdict_but_not_the_expected_output():
+    """Over its turns a model shown expected outputs collects the hidden answers."""
+    wrong = "```python\nprint(3)\n```"
+    env = make(max_turns=3)
+    env.reset(seed=0)
+    obs, *_ = env.step(wrong)
+    assert "Test 2 failed (wrong answer)" in obs and "Input:\n-5 5" in obs and "Your output:\n3" in obs
+    assert "Expected" not in obs and "\n0\n" not in obs, obs
+    env = make(max_turns=3, show_expected=True)  # an explicit option
+    env.reset(seed=0)
+    obs, *_ = env.step(wrong)
+    assert "Expected output:\n0" in obs
+
+
 def test_rewards_sum_to_best_pass_rate_plus_bonus():
     env = make(max_turns=4, full_pass_bonus=1.0)
     env.reset(seed=0)

@@ -126,7 +126,7 @@ def test_correct_wrong_and_partial(tests):
         right, wrong = "def add(a, b):\n    return a + b", "def add(a, b):\n    return None"
         partial = "def add(a, b):\n    return a * b if a == b else a + b"
     out = score(fenced(right), tests)
-    assert (out.score, out.success, out.components) == (1.0, True, {"pass_rate": 1.0, "full_pass": 1.0})
+    assert (out.score, out.success, out.components) == (1.0, True, {"pass_rate": 1.0, "full_pass": 1.0, "judge_errors": 0.0})
     out = score(fenced(wrong), tests)
     assert (out.score, out.success) == (0.0, False)
     out = score(fenced(partial), tests)
