@@ -142,5 +142,5 @@ def check_step(step: int, *, what: str, attempted: int, failed: int, trainable: 
                 f"rollout.max_failed_share={limit:g}")
     msg = head + (f"; most common: {top}" if top else "")
     if log is not None and log.lines:
-        msg += f"; tracebacks in {log}"
+        msg += f"; failures and tracebacks in {log}"
     raise RunFailedError(msg)

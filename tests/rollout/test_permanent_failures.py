@@ -173,10 +173,59 @@ def test_check_step_limits(tmp_path):
     check_step(0, what="episodes", attempted=8, failed=8, trainable=1, limit=1.0)
     check_step(0, what="episodes", attempted=8, failed=4, trainable=4, limit=0.5)
     with pytest.raises(RunFailedError, match=r"step 1: no trainable sample \(8 of 8 episodes failed\); most "
-                                             r"common: 8x env_error: ValueError: bad; tracebacks in .*env_errors.log"):
+                                             r"common: 8x env_error: ValueError: bad; failures and tracebacks in .*env_errors.log"):
         check_step(0, what="episodes", attempted=8, failed=8, trainable=0, limit=1.0,
                    causes=Counter({"env_error: ValueError: bad": 8}), log=log)
     with pytest.raises(RunFailedError, match=r"step 3: 5 of 8 responses failed \(62%\), more than rollout.max_failed_share=0.5"):
         check_step(2, what="responses", attempted=8, failed=5, trainable=3, limit=0.5)
     with pytest.raises(RunFailedError, match="0 of 4 episodes failed; 2 groups filtered"):
         check_step(0, what="episodes", attempted=4, failed=0, trainable=0, limit=1.0, note="2 groups filtered")
+
+
+class AlwaysHangsEnv(_TextEnv):
+    def __init__(self, **kwargs):  # takes the Sokoban config's env_kwargs
+        super().__init__()
+
+    def step(self, action):
+        import time
+
+        time.sleep(0.5)
+        return super().step(action)
+
+
+if "rolltest/AlwaysHangs-v0" not in gymnasium.registry:
+    gymnasium.register(id="rolltest/AlwaysHangs-v0", entry_point=AlwaysHangsEnv, disable_env_checker=True)
+
+
+def test_agentic_step_with_no_trainable_sample_stops_the_run(tok, tmp_path):
+    """Only transient failures (every step times out): retried, groups dropped and refilled,
+    then the step has nothing to train on, which stops the run instead of skipping the step."""
+    from pathlib import Path
+
+    from roll.config.loader import load_config
+    from roll.pipelines.agentic import AgenticPipeline
+    from roll.rollout.service import ThreadedScheduler, build_rollout_scheduler
+
+    repo = Path(__file__).resolve().parents[2]
+    cfg = load_config(repo / "configs/agentic/sokoban_cpu.yaml", [
+        f"output_dir={tmp_path}", "custom_envs.SimpleSokoban.env_id=rolltest/AlwaysHangs-v0",
+        "custom_envs.SimpleSokoban.step_timeout_s=0.05",
+        "train_env_manager.max_episode_retries=1", "train_env_manager.max_group_refills=1"])
+    pipeline = AgenticPipeline(cfg)
+    pipeline._make_tracker()
+    pipeline.train_scheduler = ThreadedScheduler(
+        lambda: build_rollout_scheduler(cfg, [ScriptedClient(tok)], tok, use_ray=False))
+    try:
+        rollout = pipeline.collect_rollouts(0)
+        metrics = dict(rollout.metrics)
+        with pytest.raises(RunFailedError) as info:
+            pipeline.check_rollout(0, rollout, metrics)
+    finally:
+        pipeline.train_scheduler.close()
+        pipeline.tracker.finish()
+    msg = str(info.value)
+    assert msg.startswith("step 1: no trainable sample (") and "episodes failed" in msg
+    assert "env_timeout: env.step took longer than 0.05s" in msg
+    assert f"failures and tracebacks in {tmp_path / 'env_errors.log'}" in msg
+    assert metrics["rollout/failed_episode_share"] == 1.0 and metrics["rollout/empty_batch"] == 1.0
+    assert (tmp_path / "env_errors.log").read_text().count("env_timeout") == metrics["rollout/episodes_failed"]
