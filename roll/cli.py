@@ -163,12 +163,12 @@ def cmd_envs_list(args: argparse.Namespace) -> int:
 def cmd_envs_check(args: argparse.Namespace) -> int:
     _import_envs()
     _import_modules(args.imports)
-    from roll.envs.checker import EnvCheckError, check_text_env
-
+    check_text_env = load_entry_point("roll.envs.checker:check_text_env")
+    check_error = load_entry_point("roll.envs.checker:EnvCheckError")
     kwargs = _kwargs(args.kwargs)
     try:
         report = check_text_env(args.env_id, env_kwargs=kwargs, episodes=args.episodes)
-    except EnvCheckError as e:
+    except check_error as e:
         print(f"FAILED {e}")
         return 1
     for name in report.passed:
