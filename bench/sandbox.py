@@ -1,13 +1,14 @@
 """Sandbox benchmark: executions per second and the per-run cost of isolation.
 
     python bench/sandbox.py            # 200 runs per measure, rewrites "## Sandbox" in docs/benchmarks.md
-    python bench/sandbox.py --quick    # 40 runs per measure, same comparisons (< 60 s)
+    python bench/sandbox.py --quick    # 40 runs per measure, same comparisons (< 60 s); prints only
 
 Measured side by side in one run, on the same program (read a line from stdin, print it):
   * plain `subprocess.run` of the system Python on a script written to a temp dir (the
-    unisolated baseline), and the sandbox (bwrap namespaces + unprivileged user + rlimits +
-    capped output + wall-clock deadline), one after the other in alternation so machine load
-    hits both alike;
+    unisolated baseline), and the sandbox (bwrap namespaces + unprivileged user + seccomp
+    filter + the sandbox's own init with the rlimits and the run's CPU count + the run's cgroup
+    where one is delegated + capped output + wall-clock deadline), one after the other in
+    alternation so machine load hits both alike;
   * executions per second at concurrency 1 and 2 (threads over a SandboxPool, and over a
     thread pool of plain subprocesses);
   * one code_sandbox reward call on a 4-case stdin/stdout problem (4 executions).
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="40 runs per measure instead of 200")
     ap.add_argument("--runs", type=int, default=None)
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md (implied by --quick)")
     args = ap.parse_args(argv)
     n = args.runs or (40 if args.quick else 200)
 
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     pool1 = SandboxPool({"timeout_s": 30}, max_concurrency=1)
     pool2 = SandboxPool({"timeout_s": 30}, max_concurrency=2)
     mode = pool1.mode
+    control = pool1.sandbox.resource_control
     for i in range(3):  # warm the page cache and the mode probe
         plain_run(i)
         sandbox_run(pool1, i)
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     res = {
         "isolation": mode,
+        "resource_control": control,
         "runs": n,
         "plain_ms": round(plain_ms, 2),
         "sandbox_ms": round(sandbox_ms, 2),
@@ -153,15 +156,15 @@ def main(argv: list[str] | None = None) -> dict:
         "reward_4case_ms": round(reward_ms, 1),
         "elapsed_s": round(elapsed, 1),
     }
-    print(f"isolation mode: {mode}; {n} runs per measure")
+    print(f"isolation mode: {mode}; resource control: {control}; {n} runs per measure")
     print(f"median wall per run: plain {plain_ms:.1f} ms, sandbox {sandbox_ms:.1f} ms -> overhead {overhead_ms:.1f} ms "
           f"(p10: {overhead_p10_ms:.1f} ms; load average {load_before:.1f} on {os.cpu_count()} cores)")
     print(f"CPU per run: plain {plain_cpu_ms:.1f} ms, sandbox {sandbox_cpu_ms:.1f} ms -> overhead {sandbox_cpu_ms - plain_cpu_ms:.1f} ms")
     for c in (1, 2):
         print(f"concurrency {c}: plain {tput[f'plain_c{c}']:.1f}/s, sandbox {tput[f'sandbox_c{c}']:.1f}/s")
     print(f"code_sandbox reward, 4 stdin/stdout cases: {reward_ms:.1f} ms median")
-    if not args.no_docs:
-        write_docs(res, quick=args.quick)
+    if not (args.no_docs or args.quick):
+        write_docs(res, quick=False)
     print("RESULT " + " ".join(f"{k}={v}" for k, v in res.items()))
     return res
 
@@ -173,7 +176,7 @@ def write_docs(res: dict, quick: bool) -> None:
         "",
         f"`{cmd}` ({res['runs']} runs per measure, {res['elapsed_s']} s; {platform.machine()}, "
         f"{os.cpu_count()} CPU cores shared with other work, 1-minute load average {res['load_avg_1min']} at the start, Python {platform.python_version()} driver, "
-        f"isolation mode `{res['isolation']}`). The program reads a line and prints it; the baseline "
+        f"isolation mode `{res['isolation']}`, resource control `{res['resource_control']}`, seccomp filter on). The program reads a line and prints it; the baseline "
         f"is plain `subprocess.run` of the same system Python on the same script, measured in "
         f"alternation with the sandbox in the same run.",
         "",
@@ -187,9 +190,11 @@ def write_docs(res: dict, quick: bool) -> None:
         f"| executions/s, concurrency 2 | {res['plain_exec_per_s_c2']} | {res['sandbox_exec_per_s_c2']} | {res['sandbox_vs_plain_c2']}x |",
         f"| code_sandbox reward, 4 stdin/stdout cases (4 executions, 2 at a time) | | {res['reward_4case_ms']} ms | |",
         "",
-        "The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts, then "
-        "`timeout` (the namespace's init) and `prlimit`, all exec'd before the program. On a loaded machine every exec and namespace setup slows down with the load, so "
-        "the overhead measured here is an upper bound of the idle-machine figure.",
+        "The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts and loading the "
+        "seccomp filter, then the sandbox's init (roll/sandbox/init.py: a second start of the system "
+        "Python, importing only built-in modules), all before the program. On a loaded machine every "
+        "exec and namespace setup slows down with the load, so the overhead measured here is an upper "
+        "bound of the idle-machine figure.",
         "",
     ]
     block = "\n".join(lines)

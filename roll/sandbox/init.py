@@ -19,11 +19,12 @@ process of the namespace. When the program exits, it kills what is left, reaps i
 JSON report to the report descriptor (never inherited by the program): the program's wait
 status, the run's CPU seconds and the limit that ended it, if any.
 """
-import ctypes
-import json
-import os
+# Only built-in modules: importing os, signal, ctypes or json would cost more than the whole
+# rest of the sandbox's start on a loaded machine (they pull in re, enum, collections.abc).
+import _ctypes
+import _signal
+import posix
 import resource
-import signal
 import sys
 import time
 
@@ -32,9 +33,22 @@ TICK_S = 0.05
 PR_SET_DUMPABLE = 4
 
 
+class _CInt(_ctypes._SimpleCData):
+    _type_ = "i"
+
+
+class _CFunction(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _CInt
+
+
+def prctl(*args: int) -> int:
+    return _CFunction(_ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl"))(*args)
+
+
 def live_cpu_s(tick: int) -> float:
     total = 0
-    for entry in os.listdir("/proc"):
+    for entry in posix.listdir("/proc"):
         if not entry.isdigit() or entry == "1":
             continue
         try:
@@ -56,45 +70,57 @@ def reap(pid: int, block: bool):
     status = None
     while True:
         try:
-            p, st = os.waitpid(-1, WALL | (0 if block else os.WNOHANG))
+            p, st = posix.waitpid(-1, WALL | (0 if block else posix.WNOHANG))
         except ChildProcessError:
-            return status, True
+            return status
         if p == 0:
-            return status, False
+            return status
         if p == pid:
             status = st
 
 
+def report(fd: int, status, cpu_s: float, limit: str) -> None:
+    """One JSON object (written by hand: the json module is too slow to import)."""
+    posix.write(fd, ('{"status": %s, "cpu_s": %r, "limit": "%s"}' % (
+        "null" if status is None else int(status), float(cpu_s), limit)).encode())
+
+
 def main() -> int:
-    cfg = json.loads(sys.argv[1])
-    command = sys.argv[2:]
-    report = int(cfg["report_fd"])
-    os.set_inheritable(report, False)
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        os.write(2, b"sandbox init: prctl(PR_SET_DUMPABLE) failed\n")
+    # settings: "report_fd;cpu_s;backstop_s;RLIMIT_X=v,RLIMIT_Y=v" (isolation.init_args)
+    if posix.getpid() != 1:
+        # kill(-1) below would reach every process of the caller's uid outside a PID namespace
+        posix.write(2, b"sandbox init: refusing to run outside a PID namespace of its own\n")
         return 126
-    for name, value in cfg["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), (value, value))
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-    tick = os.sysconf("SC_CLK_TCK")
-    budget = float(cfg["cpu_s"])
-    deadline = time.monotonic() + float(cfg["backstop_s"])
+    fd_text, cpu_text, backstop_text, limits_text = sys.argv[1].split(";")
+    command = sys.argv[2:]
+    out = int(fd_text)
+    posix.set_inheritable(out, False)
+    if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        posix.write(2, b"sandbox init: prctl(PR_SET_DUMPABLE) failed\n")
+        return 126
+    for item in limits_text.split(","):
+        name, value = item.split("=")
+        resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGCHLD})
+    tick = posix.sysconf("SC_CLK_TCK")
+    budget = float(cpu_text)
+    deadline = time.monotonic() + float(backstop_text)
     try:
-        pid = os.posix_spawnp(
-            command[0], command, dict(os.environ), setsigmask=(),
+        pid = posix.posix_spawnp(
+            command[0], command, posix.environ, setsigmask=(),
             # Python ignores SIGPIPE and SIGXFSZ, and ignored signals survive exec.
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGCHLD),
+            setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ, _signal.SIGINT, _signal.SIGCHLD),
         )
     except OSError as e:
-        os.write(2, f"sandbox: cannot execute {command[0]}: {e.strerror}\n".encode())
-        os.write(report, json.dumps({"spawn_error": e.strerror, "cpu_s": 0.0}).encode())
+        posix.write(2, ("sandbox: cannot execute %s: %s\n" % (command[0], e.strerror)).encode())
+        report(out, None, 0.0, "")
         return 127
     status, limit = None, ""
     next_check = time.monotonic() + TICK_S
     while status is None:
-        signal.sigtimedwait({signal.SIGCHLD}, TICK_S)
-        status, _ = reap(pid, block=False)
+        _signal.sigtimedwait({_signal.SIGCHLD}, TICK_S)
+        status = reap(pid, block=False)
         if status is not None:
             break
         now = time.monotonic()
@@ -108,15 +134,15 @@ def main() -> int:
                 break
     # Whatever the program left behind goes with it (kill(-1) spares only this init).
     try:
-        os.kill(-1, signal.SIGKILL)
+        posix.kill(-1, _signal.SIGKILL)
     except ProcessLookupError:
         pass
-    more, _ = reap(pid, block=True)
+    more = reap(pid, block=True)
     status = status if status is not None else more
-    os.write(report, json.dumps({"status": status, "cpu_s": reaped_cpu_s(), "limit": limit}).encode())
+    report(out, status, reaped_cpu_s(), limit)
     if status is None:
         return 137
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return posix.WEXITSTATUS(status) if posix.WIFEXITED(status) else 128 + posix.WTERMSIG(status)
 
 
 if __name__ == "__main__":

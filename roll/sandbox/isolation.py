@@ -20,7 +20,6 @@ interpreter under the seccomp filter of roll/sandbox/seccomp.py.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import pwd
 import random
@@ -109,14 +108,10 @@ def init_args(config: SandboxConfig, report_fd: int, timeout_s: float) -> list[s
     if _INIT_SOURCE is None:
         with open(os.path.join(os.path.dirname(__file__), "init.py")) as f:
             _INIT_SOURCE = f.read()
-    settings = {
-        "report_fd": report_fd,
-        "rlimits": rlimits(config),
-        "cpu_s": float(config.cpu_time_s),
-        # a backstop only: the parent kills the run at its deadline
-        "backstop_s": float(timeout_s) + 5.0,
-    }
-    return [config.python, "-I", "-S", "-c", _INIT_SOURCE, json.dumps(settings, separators=(",", ":"))]
+    limits = ",".join(f"{k}={v}" for k, v in rlimits(config).items())
+    # the backstop only: the parent kills the run at its deadline
+    settings = f"{report_fd};{float(config.cpu_time_s)!r};{float(timeout_s) + 5.0!r};{limits}"
+    return [config.python, "-I", "-S", "-c", _INIT_SOURCE, settings]
 
 
 def drop_privileges_args(setpriv: str, uid: int, gid: int) -> list[str]:
