@@ -99,7 +99,10 @@ def test_learning_bench_data_and_docs_section(tmp_path):
     import importlib.util
     from pathlib import Path
 
+    import sys
+
     root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "bench"))  # the benches import bench/common.py as `common`
     spec = importlib.util.spec_from_file_location("bench_rlvr_learning", root / "bench" / "rlvr_learning.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -126,5 +129,7 @@ def test_learning_bench_data_and_docs_section(tmp_path):
     assert all(bench.PROMPT.format(a=x, b=y) in sft_prompts for x in range(10) for y in range(10))
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\n## RLVR\n\nold\n\n## Other\n\nkept\n")
-    bench.write_section(doc, "## RLVR\n\nnew\n")
-    assert doc.read_text() == "# Benchmarks\n\n## RLVR\n\nnew\n## Other\n\nkept\n"
+    bench.write_section("## RLVR\n\nnew\n", quick=False, doc=doc)
+    assert doc.read_text() == "# Benchmarks\n\n## RLVR\n\nnew\n\n## Other\n\nkept\n"
+    assert not bench.write_section("## RLVR\n\nquick\n", quick=True, doc=doc)  # a --quick run prints only
+    assert "quick" not in doc.read_text()
