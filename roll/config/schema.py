@@ -59,7 +59,7 @@ class TrackingConfig:
     tracker_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments passed to the tracker backends (e.g. wandb entity, tags)."""
     dump_trajectories: int = ranged(4, ge=0)
-    """Trajectories written as text samples per step (0 disables)."""
+    """Trajectories (whole groups) dumped per step to trajectories/step-NNNNNN.jsonl.gz for `roll view` (docs/viewer.md); 0 disables."""
 
 
 @dataclass

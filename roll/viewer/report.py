@@ -54,9 +54,8 @@ def report_data(data: RunData) -> dict[str, Any]:
                     "finished yet).")
     else:
         note = ""
-    shown = sorted({r["step"] for r in data.trajectories})
-    if len(shown) < len(data.trajectory_steps):
-        notes.append(f"Trajectories of {len(shown)} of {len(data.trajectory_steps)} dumped steps are included "
+    if len(data.picked_steps) < len(data.trajectory_steps):
+        notes.append(f"Trajectories of {len(data.picked_steps)} of {len(data.trajectory_steps)} dumped steps are included "
                      f"(spread over the run); raise --max-steps to include more.")
     return {
         "summary": summary(data),

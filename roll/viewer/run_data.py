@@ -44,6 +44,8 @@ class RunData:
     """Step -> text of an older run's ``step-NNNNNN.txt`` dump."""
     trajectory_steps: list[int] = field(default_factory=list)
     """Steps with a structured dump (all of them, also those the report leaves out)."""
+    picked_steps: list[int] = field(default_factory=list)
+    """The steps among them whose dumps were read (``max_trajectory_steps``)."""
     skipped: list[str] = field(default_factory=list)
     """What could not be read, and why (shown in the report; nothing is dropped silently)."""
 
@@ -140,7 +142,8 @@ def load_run(run_dir: Path | str, max_trajectory_steps: Optional[int] = 40) -> R
             else:
                 structured[step] = p
     data.trajectory_steps = sorted(structured)
-    for step in pick_steps(data.trajectory_steps, max_trajectory_steps):
+    data.picked_steps = pick_steps(data.trajectory_steps, max_trajectory_steps)
+    for step in data.picked_steps:
         try:
             data.trajectories += _read_dump(structured[step])
         except (OSError, EOFError, zlib.error, json.JSONDecodeError, ValueError) as e:

@@ -75,3 +75,25 @@ def js_errors(driver) -> list[str]:
     errors = list(driver.execute_script("return window.__rollErrors || ['error hook missing'];"))
     errors += [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
     return errors
+
+
+def screenshot(report: str, out: str, select_index: int = 0, scroll_to: str = "") -> None:
+    """Open ``report`` and save a screenshot of it (docs/images/ is made with this)."""
+    from pathlib import Path
+
+    with chromium() as driver:
+        driver.get(Path(report).resolve().as_uri())
+        driver.execute_script("document.querySelectorAll('#traj-list tr.row')[arguments[0]].click();", select_index)
+        if scroll_to:
+            driver.execute_script("document.querySelector(arguments[0]).scrollIntoView();", scroll_to)
+        errors = js_errors(driver)
+        if errors:
+            raise SystemExit(f"the page raised: {errors}")
+        driver.save_screenshot(out)
+
+
+if __name__ == "__main__":  # python tests/viewer/viewer_browser.py REPORT.html OUT.png [ROW] [CSS-SELECTOR]
+    import sys
+
+    screenshot(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0,
+               sys.argv[4] if len(sys.argv) > 4 else "")

@@ -31,10 +31,14 @@
       else node.setAttribute(k, String(v));
     });
   }
-  function append(node, child) {
-    if (child === null || child === undefined || child === false) return;
-    if (Array.isArray(child)) { child.forEach(function (c) { append(node, c); }); return; }
-    node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
+  function append(node) {  // append(node, child, child, ...): nodes, text, arrays; null skipped
+    for (var i = 1; i < arguments.length; i++) {
+      var child = arguments[i];
+      if (child === null || child === undefined || child === false) continue;
+      if (Array.isArray(child)) { child.forEach(function (c) { append(node, c); }); continue; }
+      node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
+    }
+    return node;
   }
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
   function fmt(v, digits) {
@@ -61,9 +65,13 @@
       ["latest checkpoint", s.latest_checkpoint === null ? "-" : "step " + s.latest_checkpoint],
       ["trajectory dumps", s.trajectory_steps + " step(s), " + s.trajectories_shown + " trajectories shown"]
     ];
-    Object.keys(s.last).forEach(function (k) { rows.push(["last " + k, fmt(s.last[k])]); });
-    append(document.getElementById("summary-body"), el("table", {"class": "kv", id: "summary-table"},
-      rows.map(function (r) { return el("tr", null, el("td", {text: r[0]}), el("td", {text: r[1]})); })));
+    var last = Object.keys(s.last).map(function (k) { return [k, fmt(s.last[k])]; });
+    function kv(id, caption, items) {
+      return el("table", {"class": "kv", id: id}, caption ? el("caption", {text: caption}) : null,
+        items.map(function (r) { return el("tr", null, el("td", {text: r[0]}), el("td", {text: r[1]})); }));
+    }
+    append(document.getElementById("summary-body"), kv("summary-table", null, rows),
+           last.length ? kv("latest-table", "latest values (step " + s.steps_logged + ")", last) : null);
     var notes = document.getElementById("notes");
     DATA.notes.forEach(function (n) { append(notes, el("div", {"class": "note", text: n})); });
     document.getElementById("config-text").textContent = DATA.config_text || "(no config.yaml in the run directory)";
@@ -187,6 +195,10 @@
       select("group", "group", groups.map(function (g) { return [g, g]; })),
       select("success", "outcome", [["true", "success"], ["false", "fail"], ["null", "no outcome"]]));
   }
+  function shortGroup(r) {  // "Sokoban/3" in the Sokoban row reads as "3"
+    var p = r.env_tag + "/";
+    return r.group_id.indexOf(p) === 0 ? r.group_id.slice(p.length) : r.group_id;
+  }
   function renderList() {
     var box = clear(document.getElementById("traj-list"));
     var rows = [];
@@ -200,7 +212,7 @@
       var r = T[i];
       return el("tr", {"class": "row" + (i === current ? " selected" : ""), "data-index": i, title: r.id,
                        onclick: function () { showTrajectory(i); }},
-        el("td", {text: r.step}), el("td", {text: r.env_tag}), el("td", {text: r.group_id}),
+        el("td", {text: r.step}), el("td", {text: r.env_tag}), el("td", {text: shortGroup(r), title: r.group_id}),
         el("td", {text: fmt(r["return"])}), el("td", null, successCell(r.success)),
         el("td", {text: fmt(r.advantage)}), el("td", {text: r.num_turns}));
     }))));
@@ -261,6 +273,13 @@
         return el("td", null, el("span", {"class": "muted", text: kv[0] + " "}), String(kv[1] === null ? "-" : kv[1]));
       }))));
     append(box, el("div", null, "outcome: ", successCell(r.success)));
+    var info = Object.keys(r.info || {});
+    if (info.length) {
+      append(box, el("details", {id: "traj-info"}, el("summary", {text: "episode info (" + info.length + ")"}),
+        el("table", {"class": "kv"}, info.map(function (k) {
+          return el("tr", null, el("td", {text: k}), el("td", {text: fmt(r.info[k], 4)}));
+        }))));
+    }
     // turns side by side
     append(box, el("h3", {text: "Turns"}));
     var table = el("table", {"class": "turns", id: "turns-table"},
