@@ -1,0 +1,111 @@
+"""BasePipeline's resume rules, on its real step loop, checkpoints and jsonl tracker with a
+small in-process pipeline (a linear model trained by SGD; no Ray): a resume never writes at or
+below its step, trackers keep their records until a restore succeeded, damaged checkpoints are
+skipped by name, and a run resumed after a fallback continues from the good checkpoint."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from roll.config import load_config
+from roll.errors import CheckpointError
+from roll.pipelines.base import BasePipeline
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class LinearPipeline(BasePipeline):
+    """One SGD step per pipeline step on y = 3x; its weights are the checkpointed state."""
+
+    fail_load = False
+
+    def setup(self) -> None:
+        self.w = torch.zeros(4)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        x = torch.randn(8, 4)  # from the seeded (and checkpointed) driver generator
+        grad = 2 * ((x @ self.w - 3 * x.sum(1))[:, None] * x).mean(0)
+        self.w -= 0.1 * grad
+        return {"train/w0": float(self.w[0])}
+
+    def save_state(self, ckpt_dir: Path) -> dict[str, Any]:
+        (ckpt_dir / "actor_train").mkdir()
+        save_file({"w": self.w.clone()}, str(ckpt_dir / "actor_train" / "model.safetensors"))
+        return {}
+
+    def load_state(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
+        if self.fail_load:
+            raise RuntimeError("worker could not load the checkpoint")
+        self.w = load_file(str(ckpt_dir / "actor_train" / "model.safetensors"))["w"]
+
+    def shutdown(self) -> None:
+        pass
+
+    def write_plots(self) -> None:
+        pass
+
+
+def _cfg(out: Path, **over: Any):
+    args = {"output_dir": str(out), "save_steps": 1, "eval_steps": 0, "show_progress": False, "max_ckpt_to_keep": 0,
+            "tracking.track_with": "[jsonl]", **over}
+    return load_config(REPO / "configs/sft/frozenlake_sft_cpu.yaml", [f"{k}={v}" for k, v in args.items()])
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def six_steps(tmp_path):
+    out = tmp_path / "run"
+    LinearPipeline(_cfg(out, max_steps=6)).run()
+    return out
+
+
+def test_max_steps_at_or_below_the_checkpoint_is_an_error_before_anything_is_written(six_steps):
+    before = _snapshot(six_steps)
+    for max_steps in (4, 6):
+        with pytest.raises(CheckpointError, match=f"step-6 is at step 6 and max_steps={max_steps} is not above it"):
+            LinearPipeline(_cfg(six_steps, max_steps=max_steps, resume_from_checkpoint=True)).run()
+    assert _snapshot(six_steps) == before  # step-4, latest, metrics, config.yaml: all untouched
+
+
+def test_failed_restore_keeps_the_metrics(six_steps):
+    before = (six_steps / "logs" / "metrics.jsonl").read_text()
+    pipe = LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=str(six_steps / "checkpoints" / "step-2")))
+    pipe.fail_load = True
+    with pytest.raises(RuntimeError, match="could not load"):
+        pipe.run()
+    assert (six_steps / "logs" / "metrics.jsonl").read_text() == before
+    assert [r["step"] for r in _metrics(six_steps)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_falls_back_past_a_truncated_checkpoint_and_continues(six_steps, tmp_path, caplog):
+    reference = tmp_path / "reference"
+    LinearPipeline(_cfg(reference, max_steps=8)).run()
+    weights = six_steps / "checkpoints" / "step-6" / "actor_train" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:40])  # COMPLETE still present
+    with caplog.at_level(logging.WARNING):
+        LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
+    assert any("step-6" in r.getMessage() and "model.safetensors" in r.getMessage() for r in caplog.records)
+    got = {r["step"]: r["train/w0"] for r in _metrics(six_steps)}
+    want = {r["step"]: r["train/w0"] for r in _metrics(reference)}
+    assert sorted(got) == list(range(1, 9))
+    assert got == pytest.approx(want, rel=1e-6)  # weights and driver RNG restored from step-5
+
+
+def test_explicit_damaged_checkpoint_is_refused_by_name(six_steps):
+    ckpt = six_steps / "checkpoints" / "step-3"
+    (ckpt / "driver_state.json").write_text("{")
+    with pytest.raises(CheckpointError, match="step-3"):
+        LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=str(ckpt)))
