@@ -29,6 +29,18 @@ def _check_run(out: Path, steps: int) -> dict[int, dict[str, float]]:
     return metrics
 
 
+def _check_view(out: Path) -> None:
+    """`roll view` and the plots work on the run's output (docs/viewer.md)."""
+    from roll.viewer.report import build_report
+    from roll.viewer.run_data import load_run
+
+    data = load_run(out)
+    assert data.trajectories and {t["kind"] for t in data.trajectories} == {"agentic"}
+    assert all(t["turns"] and t["tokens"]["ids"] for t in data.trajectories)
+    assert build_report(out).stat().st_size > 0
+    assert (out / "plots" / "learning_curves.png").exists()
+
+
 def test_main_job_command_runs_two_steps(tmp_path):
     """README's main job, shortened: the real CLI in a subprocess."""
     out = tmp_path / "run"
@@ -38,7 +50,7 @@ def test_main_job_command_runs_two_steps(tmp_path):
     metrics = _check_run(out, 2)
     assert "val/env/SimpleSokoban/success" in metrics[0]
     assert "val/env/SimpleSokoban/success" in metrics[2]
-    assert list((out / "trajectories").glob("step-*.txt"))
+    assert sorted(p.name for p in (out / "trajectories").glob("step-*")) == ["step-000001.jsonl.gz", "step-000002.jsonl.gz"]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(out / "final_model")
@@ -53,6 +65,7 @@ def test_tiny_config_two_steps(config, tmp_path, ray_cluster):
                     f"output_dir={out}"])
     assert rc == 0
     _check_run(out, 2)
+    _check_view(out)
 
 
 @pytest.mark.parametrize("placement", ["colocated", "disaggregated"])

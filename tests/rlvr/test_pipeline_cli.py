@@ -49,8 +49,14 @@ def test_two_steps_every_domain_with_per_domain_metrics(tmp_path):
     val = [r for r in recs if "val/reward/math/score" in r]
     assert val and all(f"val/rollout/{t}/samples" in val[-1] for t in DOMAINS)
     assert (out / "final_model" / "config.json").exists()
-    samples = (out / "trajectories" / "step-000002.txt").read_text()
-    assert all(f"tag={t}" in samples for t in DOMAINS)
+    from roll.viewer.report import build_report
+    from roll.viewer.run_data import load_run
+
+    dumped = [t for t in load_run(out).trajectories if t["step"] == 2]
+    assert {t["env_tag"] for t in dumped} == set(DOMAINS)  # a group of every domain first
+    assert all(t["kind"] == "rlvr" and t["num_turns"] == 1 and t["turns"][0]["observation"] for t in dumped)
+    assert any(t["advantage"] is not None for t in dumped)  # written after the advantages
+    assert build_report(out).exists() and (out / "plots" / "learning_curves.png").exists()
 
 
 def test_reward_timeouts_fail_samples_and_the_step_completes(tmp_path):

@@ -77,23 +77,29 @@ def js_errors(driver) -> list[str]:
     return errors
 
 
-def screenshot(report: str, out: str, select_index: int = 0, scroll_to: str = "") -> None:
-    """Open ``report`` and save a screenshot of it (docs/images/ is made with this)."""
+def screenshot(report: str, out: str, row: int = 0, width: int = 1400, height: int = 1000) -> None:
+    """Open ``report``, select trajectory ``row`` and save a screenshot (docs/images/ is made
+    with this)."""
     from pathlib import Path
 
-    with chromium() as driver:
+    with chromium(width, height) as driver:
         driver.get(Path(report).resolve().as_uri())
-        driver.execute_script("document.querySelectorAll('#traj-list tr.row')[arguments[0]].click();", select_index)
-        if scroll_to:
-            driver.execute_script("document.querySelector(arguments[0]).scrollIntoView();", scroll_to)
+        driver.execute_script("var r = document.querySelectorAll('#traj-list tr.row'); if (r.length) r[arguments[0]].click();",
+                              row)
         errors = js_errors(driver)
         if errors:
             raise SystemExit(f"the page raised: {errors}")
         driver.save_screenshot(out)
 
 
-if __name__ == "__main__":  # python tests/viewer/viewer_browser.py REPORT.html OUT.png [ROW] [CSS-SELECTOR]
-    import sys
+if __name__ == "__main__":
+    import argparse
 
-    screenshot(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0,
-               sys.argv[4] if len(sys.argv) > 4 else "")
+    ap = argparse.ArgumentParser(description="screenshot of a roll report in headless chromium")
+    ap.add_argument("report")
+    ap.add_argument("out")
+    ap.add_argument("--row", type=int, default=0, help="trajectory to open")
+    ap.add_argument("--width", type=int, default=1400)
+    ap.add_argument("--height", type=int, default=1000)
+    a = ap.parse_args()
+    screenshot(a.report, a.out, a.row, a.width, a.height)
