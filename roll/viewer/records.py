@@ -29,7 +29,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 SCHEMA_VERSION = 1
 MAX_DUMP_TOKENS = 8192
@@ -44,7 +44,7 @@ def step_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / TRAJECTORY_DIR / f"step-{step:06d}.jsonl.gz"
 
 
-def _num(x: Any) -> Optional[float]:
+def _num(x: Any) -> float | None:
     """A JSON-safe float (NaN/inf become null)."""
     if x is None:
         return None
@@ -63,10 +63,10 @@ def pick_groups(group_ids: Sequence[str], tags: Sequence[str], n: int) -> list[i
     cut to ``n`` members; every tag keeps at least one group."""
     if n <= 0:
         return []
-    groups: "OrderedDict[str, list[int]]" = OrderedDict()
+    groups: OrderedDict[str, list[int]] = OrderedDict()
     for i, g in enumerate(group_ids):
         groups.setdefault(str(g), []).append(i)
-    first_of_tag: "OrderedDict[str, str]" = OrderedDict()
+    first_of_tag: OrderedDict[str, str] = OrderedDict()
     for g, idx in groups.items():
         first_of_tag.setdefault(str(tags[idx[0]]), g)
     order = list(first_of_tag.values()) + [g for g in groups if g not in first_of_tag.values()]
@@ -80,8 +80,8 @@ def pick_groups(group_ids: Sequence[str], tags: Sequence[str], n: int) -> list[i
 
 
 def token_block(tokenizer: Any, ids: Sequence[int], mask: Sequence[int],
-                logprobs: Optional[Sequence[float]] = None,
-                advantages: Optional[Sequence[float]] = None) -> dict[str, Any]:
+                logprobs: Sequence[float] | None = None,
+                advantages: Sequence[float] | None = None) -> dict[str, Any]:
     """The token view of one sample: ids, each token's text, loss mask, logprob and advantage."""
     cut = len(ids) > MAX_DUMP_TOKENS
     ids = [int(i) for i in ids[:MAX_DUMP_TOKENS]]
@@ -97,7 +97,7 @@ def token_block(tokenizer: Any, ids: Sequence[int], mask: Sequence[int],
     }
 
 
-def masked_mean(values: Sequence[float], mask: Sequence[int]) -> Optional[float]:
+def masked_mean(values: Sequence[float], mask: Sequence[int]) -> float | None:
     picked = [float(v) for v, m in zip(values, mask) if m]
     return _num(sum(picked) / len(picked)) if picked else None
 
@@ -120,7 +120,7 @@ def record(kind: str, step: int, **fields: Any) -> dict[str, Any]:
 
 
 def turn(observation: Any, model_text: Any, reward: Any = None, policy_version: Any = None,
-         action: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+         action: dict[str, Any] | None = None) -> dict[str, Any]:
     if action is not None:
         action = {"actions": [str(a) for a in action.get("actions") or []], "valid": bool(action.get("valid", True)),
                   "error": str(action.get("error") or "")}
@@ -130,7 +130,7 @@ def turn(observation: Any, model_text: Any, reward: Any = None, policy_version: 
 
 # ---- agentic -----------------------------------------------------------------------------------
 def agentic_records(step: int, trajectories: Sequence[Any], n: int, tokenizer: Any,
-                    advantages: Optional[Any] = None, trained: Optional[Any] = None) -> list[dict[str, Any]]:
+                    advantages: Any | None = None, trained: Any | None = None) -> list[dict[str, Any]]:
     """Records of up to ``n`` episodes of a rollout (whole groups).
 
     ``trajectories`` are ``roll.data.trajectory.Trajectory`` objects in batch-row order;
@@ -139,7 +139,7 @@ def agentic_records(step: int, trajectories: Sequence[Any], n: int, tokenizer: A
     In step mode an episode is several samples (one per turn); its record joins them: the
     turns come from the episode's messages, the token view is its last turn's sample.
     """
-    episodes: "OrderedDict[str, list[int]]" = OrderedDict()
+    episodes: OrderedDict[str, list[int]] = OrderedDict()
     for i, t in enumerate(trajectories):
         episodes.setdefault(t.episode_id or f"row-{i}", []).append(i)
     keys = list(episodes)
@@ -152,7 +152,7 @@ def agentic_records(step: int, trajectories: Sequence[Any], n: int, tokenizer: A
 
 
 def _agentic_record(step: int, samples: list[Any], rows: list[int], tokenizer: Any,
-                    advantages: Optional[Any], trained: Optional[Any]) -> dict[str, Any]:
+                    advantages: Any | None, trained: Any | None) -> dict[str, Any]:
     t = samples[-1]
     messages = next((s.messages for s in samples if s.messages), [])
     actions = next((getattr(s, "turn_actions", None) for s in samples if getattr(s, "turn_actions", None)), [])
@@ -182,8 +182,8 @@ def _agentic_record(step: int, samples: list[Any], rows: list[int], tokenizer: A
 
 
 # ---- RLVR and SFT -------------------------------------------------------------------------------
-def rlvr_record(step: int, response: Any, index: int, tokenizer: Any, advantages: Optional[Sequence[float]] = None,
-                trained: Optional[bool] = None, policy_version: Optional[int] = None) -> dict[str, Any]:
+def rlvr_record(step: int, response: Any, index: int, tokenizer: Any, advantages: Sequence[float] | None = None,
+                trained: bool | None = None, policy_version: int | None = None) -> dict[str, Any]:
     """One RLVR response as a one-turn trajectory (``pipelines/rlvr.py``'s ``Response``).
 
     ``advantages`` is the response's batch row ([T], prompt first) or None when the response
@@ -244,7 +244,7 @@ def write_step(run_dir: Path, step: int, records: Sequence[dict[str, Any]]) -> P
     return path
 
 
-def summary_text(records: Sequence[dict[str, Any]], render: Optional[Callable[[dict], str]] = None) -> str:
+def summary_text(records: Sequence[dict[str, Any]], render: Callable[[dict], str] | None = None) -> str:
     """A short plain-text form of the records for text trackers (tensorboard, samples.jsonl)."""
     parts = []
     for r in records:

@@ -12,7 +12,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from roll.viewer.run_data import RunData, curve_panels, load_run, summary
 
@@ -79,7 +79,7 @@ def render_html(data: RunData) -> str:
     return _MARKER.sub(lambda m: parts[m.group(1)], _asset("report.html"))
 
 
-def build_report(run_dir: Path | str, out: Optional[Path | str] = None, max_trajectory_steps: Optional[int] = 40) -> Path:
+def build_report(run_dir: Path | str, out: Path | str | None = None, max_trajectory_steps: int | None = 40) -> Path:
     """Write the report of ``run_dir`` to ``out`` (default ``RUN_DIR/report.html``)."""
     data = load_run(run_dir, max_trajectory_steps=max_trajectory_steps)
     path = Path(out).expanduser() if out else data.run_dir / "report.html"

@@ -12,7 +12,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -63,7 +63,7 @@ def _log_dir(run_dir: Path, config: dict[str, Any]) -> Path:
     return Path(configured) if configured else run_dir / "logs"
 
 
-def read_metrics(path: Path, skipped: Optional[list[str]] = None) -> list[dict[str, Any]]:
+def read_metrics(path: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
     """metrics.jsonl -> one record per step (several lines of one step merged, later wins)."""
     rows: dict[int, dict[str, Any]] = {}
     bad = 0
@@ -95,7 +95,7 @@ def _read_dump(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def pick_steps(steps: list[int], limit: Optional[int]) -> list[int]:
+def pick_steps(steps: list[int], limit: int | None) -> list[int]:
     """At most ``limit`` steps spread evenly over ``steps``, first and last included
     (``None``: all of them; 0: none)."""
     if limit is None or len(steps) <= limit:
@@ -108,7 +108,7 @@ def pick_steps(steps: list[int], limit: Optional[int]) -> list[int]:
     return [steps[i] for i in idx]
 
 
-def load_run(run_dir: Path | str, max_trajectory_steps: Optional[int] = 40) -> RunData:
+def load_run(run_dir: Path | str, max_trajectory_steps: int | None = 40) -> RunData:
     """Read a run directory, with the trajectories of at most ``max_trajectory_steps`` dumped
     steps (None: all; 0: none). Missing parts (no metrics yet, no dumps) are fine; a path
     that holds none of config.yaml, logs/ or trajectories/ is a :class:`RunDirError`."""
@@ -172,7 +172,7 @@ GLOBAL_PANELS: list[tuple[str, str, list[str]]] = [
 ]
 
 
-def _finite(v: Any) -> Optional[float]:
+def _finite(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     return float(v) if math.isfinite(v) else None
@@ -188,7 +188,7 @@ def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
     return xs, ys
 
 
-def _split_name(split: Optional[str]) -> str:
+def _split_name(split: str | None) -> str:
     if not split:
         return "train"
     s = split.rstrip("/")

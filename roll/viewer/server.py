@@ -4,9 +4,9 @@ to the network."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Optional
 
 from roll.utils.logging import get_logger
 from roll.viewer.report import render_html
@@ -16,13 +16,13 @@ logger = get_logger("roll.viewer.server")
 
 
 def make_server(run_dir: Path | str, port: int = 8765, host: str = "127.0.0.1",
-                max_trajectory_steps: Optional[int] = 40) -> ThreadingHTTPServer:
+                max_trajectory_steps: int | None = 40) -> ThreadingHTTPServer:
     """A server for the report of ``run_dir`` (``port=0`` picks a free port)."""
     load_run(run_dir, max_trajectory_steps=0)  # a wrong path fails here, before anything listens
     build: Callable[[], str] = lambda: render_html(load_run(run_dir, max_trajectory_steps=max_trajectory_steps))
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path.split("?", 1)[0] not in ("/", "/index.html", "/report.html"):
                 self.send_error(404, "the report is at /")
                 return
@@ -34,7 +34,7 @@ def make_server(run_dir: Path | str, port: int = 8765, host: str = "127.0.0.1",
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args) -> None:  # noqa: A002
+        def log_message(self, format: str, *args) -> None:
             logger.debug("%s " + format, self.address_string(), *args)
 
     return ThreadingHTTPServer((host, port), Handler)

@@ -8,11 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+from viewer_browser import chromium, js_errors, unavailable_reason
 
 from roll.cli import main as roll_main
 from roll.viewer.run_data import load_run
-
-from viewer_browser import chromium, js_errors, unavailable_reason
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]

@@ -20,9 +20,8 @@ from roll.viewer import records as R
 from roll.workers.environment import EnvironmentWorker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
-from rollout_fakes import ScriptedClient  # noqa: E402
-
-import roll.envs  # noqa: E402,F401  (registers the shipped envs)
+import roll.envs  # noqa: F401  (registers the shipped envs)
+from rollout_fakes import ScriptedClient
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,12 @@ from roll.cli import main as roll_main
 from roll.viewer import records as R
 from roll.viewer.plots import write_plots
 from roll.viewer.report import build_report, embed_json
-from roll.viewer.run_data import RunDirError, curve_panels, load_run, pick_steps, read_metrics
+from roll.viewer.run_data import (
+    RunDirError,
+    curve_panels,
+    load_run,
+    pick_steps,
+)
 
 EVIL = '</script><script>window.__pwned=1</script><!-- <img src=x onerror=alert(1)>'
 
@@ -50,8 +55,7 @@ def make_run(root: Path, steps: int = 3, dumps: bool = True) -> Path:
                                                      "pretrain": "roll-tiny://tiny",
                                                      "algorithm": {"adv_estimator": "grpo"}}))
     with open(run / "logs" / "metrics.jsonl", "w") as f:
-        for row in metrics_rows(steps):
-            f.write(json.dumps(row) + "\n")  # NaN written as the bare token NaN, as json.dumps does
+        f.writelines(json.dumps(row) + "\n" for row in metrics_rows(steps))  # NaN written as the bare token NaN, as json.dumps does
     if dumps:
         for s in range(1, steps + 1):
             R.write_step(run, s, [episode(s, "Sok/0", 0, True), episode(s, "Sok/0", 1, False, EVIL),
@@ -60,7 +64,7 @@ def make_run(root: Path, steps: int = 3, dumps: bool = True) -> Path:
 
 
 def embedded(html: str) -> dict:
-    m = re.search(r'<script id="roll-data" type="application/json">(.*?)</script>', html, re.S)
+    m = re.search(r'<script id="roll-data" type="application/json">(.*?)</script>', html, re.DOTALL)
     assert m, "no embedded data"
     return json.loads(m.group(1))
 
@@ -71,7 +75,7 @@ def test_report_is_one_offline_file_with_the_run_data(tmp_path):
     assert path == run / "report.html"
     html = path.read_text()
     # self-contained: no external script, stylesheet, image or font
-    assert not re.search(r'<(script|img|link|iframe)[^>]+(src|href)=', html, re.I)
+    assert not re.search(r'<(script|img|link|iframe)[^>]+(src|href)=', html, re.IGNORECASE)
     outside_refs = re.findall(r"https?://[^\s\"']+", html.replace("http://www.w3.org/2000/svg", ""))
     assert outside_refs == []  # (the SVG namespace is a name, never fetched)
     data = embedded(html)

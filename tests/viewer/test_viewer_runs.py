@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from roll.cli import main as roll_main
 from roll.viewer.run_data import load_run
 
-from conftest import REPO
-
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_sft_config_two_steps_dumps_its_conversations_and_views(tmp_path, ray_cluster):
@@ -34,7 +35,7 @@ def test_sft_config_two_steps_dumps_its_conversations_and_views(tmp_path, ray_cl
         assert sum(t["tokens"]["mask"]) > 0 and t["tokens"]["logprobs"] is None
     assert roll_main(["view", str(out)]) == 0
     html = (out / "report.html").read_text()
-    embedded = json.loads(re.search(r'<script id="roll-data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    embedded = json.loads(re.search(r'<script id="roll-data" type="application/json">(.*?)</script>', html, re.DOTALL).group(1))
     assert {p["id"] for p in embedded["panels"]} >= {"loss"}  # the SFT NLL curve
     assert len(embedded["trajectories"]) == 6
     assert (out / "plots" / "loss.png").exists()

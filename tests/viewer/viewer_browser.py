@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Optional
 
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 DRIVER_PATHS = ("/usr/bin/chromedriver",)
@@ -25,14 +25,14 @@ window.addEventListener('unhandledrejection', function (e) {
 """
 
 
-def find(paths: tuple[str, ...], name: str) -> Optional[str]:
+def find(paths: tuple[str, ...], name: str) -> str | None:
     for p in paths:
         if shutil.which(p):
             return p
     return shutil.which(name)
 
 
-def unavailable_reason() -> Optional[str]:
+def unavailable_reason() -> str | None:
     """Why the browser test cannot run here (None when it can)."""
     try:
         import selenium  # noqa: F401
@@ -46,7 +46,7 @@ def unavailable_reason() -> Optional[str]:
 
 
 @contextmanager
-def chromium(width: int = 1400, height: int = 1000) -> Iterator["object"]:
+def chromium(width: int = 1400, height: int = 1000) -> Iterator[object]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
