@@ -244,7 +244,8 @@ def check_text_env(
         errs = []
         for seed in episode_seeds():
             agent = agent_for(e)
-            errs += play(e, seed, lambda turn, obs, info: (agent.act(obs, info), False), max_episode_turns, "random play", True)
+            errs += play(e, seed, lambda turn, obs, info, agent=agent: (agent.act(obs, info), False), max_episode_turns,
+                         "random play", True)
         e.close()
         return errs
 
@@ -268,7 +269,7 @@ def check_text_env(
         for seed in episode_seeds():
             agent = agent_for(e)
 
-            def pick(turn: int, obs: Any, info: Any) -> tuple[Any, bool]:
+            def pick(turn: int, obs: Any, info: Any, agent: RandomAgent = agent) -> tuple[Any, bool]:
                 if agent_rng.random() < 0.5:
                     return agent.act(obs, info), False
                 k = int(agent_rng.integers(len(garbage_actions)))
