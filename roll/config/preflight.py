@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from roll.config.validate import ConfigError
+from roll.distributed.resource_pool import INFERENCE_STRATEGIES
 from roll.errors import RollError
 
 ENVS_PACKAGE = "roll.envs"
-INFERENCE_STRATEGIES = {"hf_infer", "vllm", "sglang"}
 TRAINING_STRATEGIES = {"torch_train", "deepspeed", "megatron"}
 #: strategy -> (module it needs, setup.py extra)
 BACKEND_PACKAGES = {"vllm": ("vllm", "vllm"), "sglang": ("sglang", "sglang"), "deepspeed": ("deepspeed", "deepspeed"),
