@@ -59,15 +59,16 @@ def write_plots(run_dir: Path | str, data: RunData | None = None) -> list[Path]:
             plt.close(fig)
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.4 * rows), dpi=100, squeeze=False)
+    height = 3.4 * rows + 0.8  # inches: rows of panels plus the title
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, height), dpi=100, squeeze=False)
     try:
         for k, ax in enumerate(axes.flat):
             if k < len(panels):
                 _draw(ax, panels[k])
             else:
                 ax.axis("off")
-        fig.suptitle(f"{data.name}: learning curves", fontsize=12)
-        fig.tight_layout()
+        fig.suptitle(f"{data.name}: learning curves", fontsize=12, y=1 - 0.15 / height)
+        fig.subplots_adjust(left=0.06, right=0.98, top=1 - 0.8 / height, bottom=0.5 / height, hspace=0.45, wspace=0.22)
         path = out_dir / OVERVIEW
         fig.savefig(path)
         written.append(path)
