@@ -119,3 +119,18 @@ def test_a_javascript_error_is_caught(tmp_path):
         d.get(page.as_uri())
         errors = js_errors(d)
     assert any("boom" in e or "null" in e for e in errors), errors
+
+
+def test_an_old_run_with_text_dumps_opens_with_a_note(tmp_path):
+    from test_viewer_report import make_run
+
+    run = make_run(tmp_path, dumps=False)
+    (run / "trajectories").mkdir()
+    (run / "trajectories" / "step-000001.txt").write_text("## ep0 tag=Sok\n<answer>Up</answer>")
+    assert roll_main(["view", str(run)]) == 0
+    with chromium() as d:
+        open_report(d, run / "report.html")
+        assert "text dumps only" in d.find_element("id", "no-trajectories").text
+        assert d.find_element("id", "text-dump").get_attribute("textContent") == "## ep0 tag=Sok\n<answer>Up</answer>"
+        assert d.find_elements("css selector", ".chart svg path.series")  # the curves still draw
+        assert js_errors(d) == []
