@@ -24,7 +24,6 @@ import argparse
 import os
 import resource
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -33,8 +32,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from common import write_section
+
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Sandbox"
 PROGRAM = "print(input())\n"
 PYTHON = "/usr/bin/python3"
@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
     for c in (1, 2):
         print(f"concurrency {c}: plain {tput[f'plain_c{c}']:.1f}/s, sandbox {tput[f'sandbox_c{c}']:.1f}/s")
     print(f"code_sandbox reward, 4 stdin/stdout cases: {reward_ms:.1f} ms median")
-    if not (args.no_docs or args.quick):
-        write_docs(res, quick=False)
+    if not args.no_docs:
+        write_docs(res, quick=args.quick)  # a --quick run prints only (bench/common.py)
     print("RESULT " + " ".join(f"{k}={v}" for k, v in res.items()))
     return res
 
@@ -197,14 +197,7 @@ def write_docs(res: dict, quick: bool) -> None:
         "bound of the idle-machine figure.",
         "",
     ]
-    block = "\n".join(lines)
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(r"^## Sandbox\n.*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    DOCS.write_text(text.rstrip("\n") + "\n")
+    write_section("\n".join(lines), quick=quick)
 
 
 if __name__ == "__main__":
