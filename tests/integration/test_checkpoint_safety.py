@@ -1,0 +1,102 @@
+"""Checkpoints on the real CLI and tiny agentic pipeline: a truncated weights file with its
+COMPLETE marker falls back to the previous checkpoint with a warning naming it; a crafted
+checkpoint (the old pickle layout with a payload) is refused and its code never runs; a resume
+whose max_steps is not above the checkpoint, or whose restore fails, changes nothing.
+
+One 2-step run is shared (copied per test); the refusals happen before Ray starts."""
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from roll.utils.checkpoint import COMPLETE_MARKER, verify_checkpoint
+
+from .helpers import read_metrics, run_cli
+
+pytestmark = pytest.mark.integration
+
+ARGS = ["run", "configs/agentic/sokoban_cpu.yaml", "save_steps=1", "eval_steps=0", "show_progress=false",
+        "tracking.track_with=[jsonl]"]
+
+
+class _Payload:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    proc = run_cli(ARGS + ["max_steps=2", f"output_dir={out}"], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+@pytest.fixture
+def run_dir(two_steps, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(two_steps, out)
+    return out
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and "run.log" not in p.name}
+
+
+def test_truncated_weights_fall_back_to_the_previous_checkpoint(run_dir):
+    weights = run_dir / "checkpoints" / "step-2" / "actor_train" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert (weights.parents[1] / COMPLETE_MARKER).exists()
+    proc = run_cli(ARGS + ["max_steps=2", f"output_dir={run_dir}", "resume_from_checkpoint=true"], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "checkpoint skipped" in proc.stderr and "step-2" in proc.stderr and "model.safetensors" in proc.stderr
+    assert "resumed from" in proc.stderr and "step-1 at step 1" in proc.stderr
+    assert sorted(read_metrics(run_dir)) == [1, 2]
+    assert verify_checkpoint(run_dir / "checkpoints" / "step-2")["step"] == 2  # rewritten by the resumed run
+
+
+def test_crafted_pickle_checkpoint_is_refused_and_runs_nothing(run_dir, tmp_path):
+    """The layout older versions wrote and read with pickle.load / torch.load(weights_only=False)."""
+    marker = tmp_path / "PWNED"
+    ckpt = run_dir / "checkpoints" / "step-2"
+    (ckpt / "driver_rng.pkl").write_bytes(pickle.dumps(_Payload(str(marker))))
+    torch.save({"step": 0, "evil": _Payload(str(marker))}, ckpt / "actor_train" / "trainer_state.pt")
+    for name in ("MANIFEST.json", "driver_rng.json"):
+        (ckpt / name).unlink()
+    (run_dir / "checkpoints" / "step-1").rename(run_dir / "checkpoints" / "moved-away")
+    before = _files(run_dir)
+    proc = run_cli(ARGS + ["max_steps=3", f"output_dir={run_dir}", "resume_from_checkpoint=true"], timeout=900)
+    assert proc.returncode != 0
+    assert "roll: no usable checkpoint" in proc.stderr and "pickle" in proc.stderr, proc.stderr[-3000:]
+    assert not marker.exists(), "resuming ran code from the checkpoint"
+    assert "Traceback" not in proc.stderr
+    assert _files(run_dir) == before
+
+
+def test_max_steps_below_the_checkpoint_changes_nothing(run_dir):
+    before = _files(run_dir)
+    proc = run_cli(ARGS + ["max_steps=1", f"output_dir={run_dir}", "resume_from_checkpoint=true"], timeout=900)
+    assert proc.returncode != 0
+    assert "is at step 2 and max_steps=1 is not above it" in proc.stderr, proc.stderr[-3000:]
+    assert _files(run_dir) == before  # step-1 not overwritten, latest, metrics, final_model, config unchanged
+
+
+def test_failed_resume_from_an_older_checkpoint_keeps_the_metrics(run_dir):
+    metrics = (run_dir / "logs" / "metrics.jsonl").read_text()
+    weights = run_dir / "checkpoints" / "step-1" / "actor_train" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = run_cli(ARGS + ["max_steps=3", f"output_dir={run_dir}",
+                           f"resume_from_checkpoint={run_dir / 'checkpoints' / 'step-1'}"], timeout=900)
+    assert proc.returncode != 0
+    assert "step-1" in proc.stderr and "model.safetensors has 1000 bytes" in proc.stderr, proc.stderr[-3000:]
+    assert (run_dir / "logs" / "metrics.jsonl").read_text() == metrics
+    assert sorted(json.loads(line)["step"] for line in metrics.splitlines()) == [1, 2]
