@@ -172,3 +172,15 @@ def test_failing_backend_is_counted_and_others_keep_logging(tmp_path):
     assert group.failures == {"broken": 3, "stdout": 0}
     assert len(out.getvalue().splitlines()) == 3
     assert math.isclose(float(out.getvalue().splitlines()[-1].split("=")[1]), 2.0)
+
+
+def test_resolve_trackers_checks_names_and_options():
+    """What a pipeline calls at start-up; the tracker itself (which cuts files on resume) is
+    created only after the restore succeeded."""
+    from roll.tracking import resolve_trackers
+
+    assert set(resolve_trackers(TrackingConfig(track_with=["jsonl", "stdout"]))) == {"jsonl", "stdout"}
+    with pytest.raises(ConfigError, match="jsonll"):
+        resolve_trackers(TrackingConfig(track_with=["jsonll"]))
+    with pytest.raises(ConfigError, match="tracker_kwargs.jsonl: expected a mapping"):
+        resolve_trackers(TrackingConfig(track_with=["jsonl"], tracker_kwargs={"jsonl": 3}))
