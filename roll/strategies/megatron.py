@@ -344,8 +344,10 @@ class MegatronStrategy:
         dist.barrier()
 
     def load(self, path: str) -> None:
-        raise NotImplementedError("megatron: resuming optimizer state is not implemented; start from the saved HF model "
-                                  "(model_name_or_path) instead")
+        from roll.errors import CheckpointError
+
+        raise CheckpointError(f"megatron: resuming optimizer state is not implemented; start a fresh run from the "
+                              f"saved HF model ({path}) with model_name_or_path instead")
 
     def offload(self) -> None:
         logger.warning("megatron: offload is not implemented; the trainer stays resident")
