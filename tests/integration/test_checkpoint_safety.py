@@ -71,13 +71,13 @@ def test_crafted_pickle_checkpoint_is_refused_and_runs_nothing(run_dir, tmp_path
     (ckpt / "driver_rng.pkl").write_bytes(pickle.dumps(_Payload(str(marker))))
     torch.save({"step": 0, "evil": _Payload(str(marker))}, ckpt / "actor_train" / "trainer_state.pt")
     for name in ("MANIFEST.json", "driver_rng.json"):
-        (ckpt / name).unlink()
+        (ckpt / name).unlink(missing_ok=True)
     (run_dir / "checkpoints" / "step-1").rename(run_dir / "checkpoints" / "moved-away")
     before = _files(run_dir)
     proc = run_cli(ARGS + ["max_steps=3", f"output_dir={run_dir}", "resume_from_checkpoint=true"], timeout=900)
+    assert not marker.exists(), "resuming ran code from the checkpoint"
     assert proc.returncode != 0
     assert "roll: no usable checkpoint" in proc.stderr and "pickle" in proc.stderr, proc.stderr[-3000:]
-    assert not marker.exists(), "resuming ran code from the checkpoint"
     assert "Traceback" not in proc.stderr
     assert _files(run_dir) == before
 
