@@ -84,6 +84,7 @@ class AgenticPipeline(BasePipeline):
         metrics.update(policy.advantages(batch))
         metrics.update(policy.train_critic(batch))
         metrics.update(policy.train_actor(batch))
+        metrics.update(policy.restart_metrics())
         self.dump_trajectories(step, rollout)
         return metrics
 
@@ -116,7 +117,12 @@ class AgenticPipeline(BasePipeline):
 
     def collect_rollouts(self, step: int) -> RolloutBatch:
         with self.timer("rollout"):
-            return self.train_scheduler.get_batch(self.cfg.rollout_batch_size)
+            return self.train_scheduler.get_batch(self.cfg.rollout_batch_size, on_wait=self.recover_workers)
+
+    def recover_workers(self) -> None:
+        """While rollouts run: inference workers that crashed get set up and the current weights
+        (their requests wait in the router meanwhile), so the step completes."""
+        self.policy.recover_inference(around=self.train_scheduler.weight_update(version=self.policy.version))
 
     def dump_trajectories(self, step: int, rollout: RolloutBatch) -> None:
         """Up to ``tracking.dump_trajectories`` episodes (whole groups) with their turns,

@@ -31,12 +31,16 @@ from roll.algorithms import (
 )
 from roll.config.schema import PipelineConfig
 from roll.data.batch import Batch
+from roll.distributed.cluster import WorkerError
 from roll.distributed.model_update import ModelUpdateGroup
 from roll.distributed.resource_pool import parse_device_mapping
+from roll.utils.logging import get_logger
 from roll.workers.actor import ActorWorker
 from roll.workers.critic import CriticWorker
 from roll.workers.inference import InferenceWorker
 from roll.workers.reference import ReferenceWorker
+
+logger = get_logger(__name__)
 
 
 def dp_size(role: Any) -> int:
@@ -129,9 +133,37 @@ class PolicyTrainer:
         if self.version == step:
             return {}
         with self.timer("model_update"), (around or contextlib.nullcontext()):
-            out = self.model_update.update(version=step)
+            try:
+                out = self.model_update.update(version=step)
+            except Exception as e:
+                # An inference worker that died or hung during the transfer (named in the error,
+                # or found dead now: the trainer's side of a broadcast fails when a peer dies) is
+                # marked, and the retry restarts it, sets it up and relinks before sending again.
+                # Anything else, a trainer failure above all, is not recoverable here.
+                infer_failed = isinstance(e, WorkerError) and e.role == self.actor_infer.role
+                if not (infer_failed or self.actor_infer.check_health()):
+                    raise
+                logger.warning("weight sync to version %d failed (%s); an inference worker restarted, retrying once",
+                               step, e)
+                out = self.model_update.update(version=step)
         self.version = step
         return {k if "/" in k else f"system/model_update_{k}": v for k, v in out.items()}
+
+    def recover_inference(self, around: Optional[ContextManager] = None) -> list[int]:
+        """Inference workers that crashed (Ray restarted them) serve nothing until they are set up
+        and hold the current weights: find them, set them up and push the weights they lack.
+        The rollout router holds their requests meanwhile. Returns the recovered ranks."""
+        ranks = self.actor_infer.check_health()
+        if ranks:
+            logger.warning("actor_infer ranks %s restarted: setting them up with weights version %d", ranks, self.version)
+            with self.timer("recovery"), (around or contextlib.nullcontext()):
+                self.model_update.update(version=self.version)
+        return ranks
+
+    def restart_metrics(self) -> dict[str, float]:
+        """``system/restarts/<role>``: worker restarts since the run started."""
+        roles = [self.actor_train, self.actor_infer, self.reference, self.critic]
+        return {f"system/restarts/{cl.role}": float(cl.restarts) for cl in roles if cl is not None}
 
     # ---- phases ----------------------------------------------------------------------------------
     def reference_logprobs(self, batch: Batch) -> dict[str, float]:

@@ -39,3 +39,9 @@ def unwrap(exc: BaseException) -> BaseException:
         cur = getattr(cur, "cause", None) or cur.__cause__
         seen += 1
     return exc
+
+
+class WorkerUnavailableError(RuntimeError):
+    """A worker that cannot serve right now but will (restarted by Ray and not yet set up, or
+    waiting for the current weights). Transient: callers retry or route elsewhere; never a
+    user-facing failure."""

@@ -67,6 +67,9 @@ class EnvManagerConfig:
     rerun with the same env seed up to this many times; then its group is dropped and refilled."""
     num_cpus_per_env_worker: float = ranged(1.0, ge=0)
     """Ray CPUs reserved by each environment worker actor."""
+    max_worker_restarts: int = ranged(3, ge=-1)
+    """Times Ray restarts a crashed environment worker (-1: unlimited); its running episodes are
+    retried, and the worker serves again once restarted."""
     seed_offset: int = ranged(0, ge=0)
     """Env seeds of this manager start here (keep validation seeds disjoint from training)."""
 

@@ -285,6 +285,30 @@ class Cluster:
         if self._broken or self._group_broken:
             self._recover()
 
+    def check_health(self, timeout_s: float = 5.0) -> list[int]:
+        """Ranks whose process died or was replaced since they were set up (Ray restarted a
+        crashed actor, which then holds no setup); they are marked so that the next call or
+        ``ensure_ready()`` sets them up again. For async clusters whose workers others call
+        directly (inference workers under the rollout router): a sync actor busy in a long call
+        cannot answer a ping, and a rank that does not answer in time is left for the next check."""
+        import ray
+
+        refs = [w.ping.remote() for w in self.workers]
+        changed = []
+        for rank, ref in enumerate(refs):
+            try:
+                pid = ray.get(ref, timeout=timeout_s)["pid"]
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                changed.append(rank)
+                continue
+            except ray.exceptions.GetTimeoutError:
+                continue
+            if pid != self._pids[rank]:
+                changed.append(rank)
+        if changed:
+            self._mark_broken(changed, died=True)
+        return changed
+
     def report_dead(self, worker: Any) -> None:
         """For callers that use ``cluster.workers`` directly (e.g. the rollout scheduler's
         ``generate`` calls): a RayActorError there marks the rank, the next cluster call or

@@ -8,6 +8,12 @@
 - a bound of ``max_inflight_per_worker`` outstanding requests per worker; more wait in the
   router rather than piling up inside an engine.
 
+- an inference worker that died (Ray restarts it) or is not serving yet (restarted, waiting for
+  setup and the current weights: ``WorkerUnavailableError``) does not fail the episode: the
+  request is sent again, to another worker or to the same one once it serves, for up to
+  ``unavailable_wait_s`` (counted in ``rollout/router/unavailable_retries``); the tokens the
+  dead worker had produced for it are lost, the episode is not.
+
 A worker is a Ray actor handle (``generate.remote(request)`` returns a GenerationResult) or
 any local object with ``async generate(request)`` / ``async abort(request_ids)`` (an
 inference strategy, a scripted fake). The Router itself is an :class:`InferenceClient`.
@@ -15,10 +21,25 @@ inference strategy, a scripted fake). The Router itself is an :class:`InferenceC
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from roll.errors import WorkerUnavailableError
 from roll.strategies.base import GenerationRequest, GenerationResult
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+_UNAVAILABLE = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
+_RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
+_DOWN_S = 5.0
+"""How long new requests avoid a worker that failed one (a restart takes seconds)."""
+
+
+def is_unavailable(e: BaseException) -> bool:
+    """A worker death or a not-yet-serving restarted worker: transient for a request."""
+    return isinstance(e, WorkerUnavailableError) or type(e).__name__ in _UNAVAILABLE
 
 
 @runtime_checkable
@@ -44,6 +65,7 @@ class _Slot:
         self.inflight = 0
         self.episodes = 0
         self.served = 0
+        self.down_until = 0.0  # unavailable until then (monotonic clock)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         if self.ray:
@@ -60,7 +82,7 @@ class _Slot:
 class Router:
     """Load-balanced, sticky, bounded routing over inference workers."""
 
-    def __init__(self, workers: Sequence[Any], max_inflight_per_worker: int = 64):
+    def __init__(self, workers: Sequence[Any], max_inflight_per_worker: int = 64, unavailable_wait_s: float = 600.0):
         if not workers:
             raise ValueError("Router needs at least one inference worker")
         if max_inflight_per_worker < 1:
@@ -71,7 +93,11 @@ class Router:
         self._where: dict[str, int] = {}  # request id -> worker index, while outstanding
         self._running: set[str] = set()  # request ids handed to a worker
         self._aborted_waiting: set[str] = set()
+        self._retrying: set[str] = set()  # request ids waiting to be sent again
+        self._aborted: set[str] = set()  # aborted while running or waiting to be sent again
         self.max_inflight_seen = 0
+        self.unavailable_wait_s = unavailable_wait_s
+        self.unavailable_retries = 0
 
     @property
     def num_workers(self) -> int:
@@ -80,15 +106,56 @@ class Router:
     def _pick(self, episode_id: str | None) -> int:
         if episode_id is not None and episode_id in self._sticky:
             return self._sticky[episode_id]
-        # fewest outstanding requests, then fewest bound episodes, then lowest index
-        idx = min(range(len(self._slots)), key=lambda i: (self._slots[i].outstanding, self._slots[i].episodes, i))
+        # serving workers first; then fewest outstanding requests, fewest bound episodes, lowest index
+        now = time.monotonic()
+        idx = min(range(len(self._slots)), key=lambda i: (self._slots[i].down_until > now, self._slots[i].outstanding,
+                                                          self._slots[i].episodes, i))
         if episode_id is not None:
             self._sticky[episode_id] = idx
             self._slots[idx].episodes += 1
         return idx
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        idx = self._pick(request.meta.get("episode_id"))
+        episode = request.meta.get("episode_id")
+        rid = request.request_id
+        deadline = time.monotonic() + self.unavailable_wait_s
+        attempt = 0
+        try:
+            while True:
+                try:
+                    return await self._generate_once(request, self._pick(episode))
+                except Exception as e:
+                    if not is_unavailable(e) or time.monotonic() >= deadline or rid in self._aborted:
+                        raise
+                    wait = _RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)]
+                    if self._unbind(episode):
+                        logger.warning("inference worker unavailable (%s); its requests are sent again", type(e).__name__)
+                    self.unavailable_retries += 1
+                    attempt += 1
+                    self._retrying.add(rid)
+                    try:
+                        await asyncio.sleep(wait)
+                    finally:
+                        self._retrying.discard(rid)
+                    if rid in self._aborted:  # aborted while waiting to be sent again
+                        return GenerationResult(rid, [], [], finish_reason="abort")
+        finally:
+            self._aborted.discard(rid)
+
+    def _unbind(self, episode_id: str | None) -> bool:
+        """The episode's worker failed it: mark that worker down for a while, pick again.
+        Returns whether the worker was serving until now (log once per outage)."""
+        idx = self._sticky.pop(episode_id, None) if episode_id is not None else None
+        if idx is None:
+            return False
+        slot = self._slots[idx]
+        slot.episodes -= 1
+        now = time.monotonic()
+        newly = slot.down_until <= now
+        slot.down_until = now + _DOWN_S
+        return newly
+
+    async def _generate_once(self, request: GenerationRequest, idx: int) -> GenerationResult:
         slot = self._slots[idx]
         slot.outstanding += 1
         self._where[request.request_id] = idx
@@ -116,11 +183,17 @@ class Router:
     async def abort(self, request_ids: list[str]) -> None:
         by_worker: dict[int, list[str]] = {}
         for rid in request_ids:
-            if rid in self._running:
+            if rid in self._retrying:
+                self._aborted.add(rid)
+            elif rid in self._running:
+                self._aborted.add(rid)
                 by_worker.setdefault(self._where[rid], []).append(rid)
             elif rid in self._where:
                 self._aborted_waiting.add(rid)
-        await asyncio.gather(*(self._slots[i].abort(ids) for i, ids in by_worker.items()))
+        results = await asyncio.gather(*(self._slots[i].abort(ids) for i, ids in by_worker.items()), return_exceptions=True)
+        for r in results:  # a dead worker has nothing left to abort; anything else is a bug
+            if isinstance(r, BaseException) and not is_unavailable(r):
+                raise r
 
     def release(self, episode_id: str) -> None:
         """The episode ended: its worker binding is no longer needed."""
@@ -129,7 +202,8 @@ class Router:
             self._slots[idx].episodes -= 1
 
     def stats(self) -> dict[str, float]:
-        out = {"rollout/router/max_inflight": float(self.max_inflight_seen)}
+        out = {"rollout/router/max_inflight": float(self.max_inflight_seen),
+               "rollout/router/unavailable_retries": float(self.unavailable_retries)}
         for i, s in enumerate(self._slots):
             out[f"rollout/router/worker{i}/served"] = float(s.served)
         return out

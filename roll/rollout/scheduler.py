@@ -59,12 +59,12 @@ from roll.errors import RollError, RunFailedError
 from roll.registry import FILTERS
 from roll.rollout.env_manager import EpisodeSpec
 from roll.rollout.failures import ErrorLog, EpisodeVerdict, FailureSignature, classify_episode, one_line
+from roll.rollout.hosts import HostPool
 from roll.rollout.metrics import counter_metrics, episode_metrics
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
 
-_ACTOR_DIED = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
 
 
 @dataclass
@@ -108,13 +108,6 @@ class _Group:
         return min((t.min_version for t in self.trajectories() if t.min_version >= 0), default=-1)
 
 
-async def call_host(host: Any, method: str, *args: Any) -> Any:
-    fn = getattr(host, method)
-    if hasattr(fn, "remote"):
-        return await fn.remote(*args)
-    return await fn(*args)
-
-
 class RolloutScheduler:
     """Produces training (or validation) batches of grouped episodes."""
 
@@ -129,12 +122,11 @@ class RolloutScheduler:
         validation: bool = False,
         error_log: ErrorLog | None = None,
     ):
-        if not hosts:
-            raise ValueError("RolloutScheduler needs at least one environment worker")
         self.env_configs = dict(env_configs)
         self.mcfg = manager_config
         self.rcfg = rollout_config
-        self.hosts = list(hosts)
+        self.pool = HostPool(hosts, name="validation" if validation else "training")
+        self.hosts = self.pool.hosts
         self.pad_token_id = pad_token_id
         self.seed = seed
         self.validation = validation
@@ -165,8 +157,6 @@ class RolloutScheduler:
         self._ahead: dict[str, int] = {t: 0 for t in self.tags}
         self._tasks: dict[str, asyncio.Task] = {}
         self._episode_host: dict[str, int] = {}
-        self._host_load = [0] * len(self.hosts)
-        self._dead_hosts: set[int] = set()
         self._sem: asyncio.Semaphore | None = None
         self._changed: asyncio.Event | None = None
         self._losses = 0
@@ -199,28 +189,28 @@ class RolloutScheduler:
         spread over the environment workers, so the first get_batch does not pay for env construction."""
         await self._setup()
         demand = self._split_groups(n)
-        live = [i for i in range(len(self.hosts)) if i not in self._dead_hosts]
+        live = self.pool.live()
         factor = (1.0 + self.mcfg.redundancy) * (1.0 + self.ratio)
-        per_host = {t: math.ceil(k * self.mcfg.group_size * factor / len(live)) for t, k in demand.items()}
-        await asyncio.gather(*(call_host(self.hosts[i], "prepare", per_host) for i in live))
+        per_host = {t: math.ceil(k * self.mcfg.group_size * factor / max(len(live), 1)) for t, k in demand.items()}
+        await asyncio.gather(*(self.pool.call(i, "prepare", per_host) for i in live))
 
     async def suspend(self) -> None:
         """Before a weight update: no new generation; in-flight requests per on_weight_update."""
         await self._setup()
         self._suspended = True
-        await asyncio.gather(*(call_host(h, "suspend") for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
+        await self.pool.broadcast("suspend", remember="pause")
 
     async def set_policy_version(self, version: int) -> None:
         """The inference workers now serve ``version``; new requests (and resumed turns) record it."""
         await self._setup()
         self.version = int(version)
-        await asyncio.gather(*(call_host(h, "set_policy_version", self.version) for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
+        await self.pool.broadcast("set_policy_version", self.version, remember="version")
 
     async def resume(self) -> None:
         """After a weight update: suspended turns continue, new episodes start."""
         await self._setup()
         self._suspended = False
-        await asyncio.gather(*(call_host(h, "resume") for i, h in enumerate(self.hosts) if i not in self._dead_hosts))
+        await self.pool.broadcast("resume", remember="pause")
         self._fill()
 
     def state_dict(self) -> dict[str, Any]:
@@ -242,7 +232,8 @@ class RolloutScheduler:
         for task in list(self._tasks.values()):
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        await asyncio.gather(*(call_host(h, "shutdown") for i, h in enumerate(self.hosts) if i not in self._dead_hosts), return_exceptions=True)
+        await self.pool.broadcast("shutdown", tolerate=True)
+        await self.pool.close()
 
     # ================================================================ setup
     async def _setup(self) -> None:
@@ -252,7 +243,7 @@ class RolloutScheduler:
         if not self._hosts_configured:
             self._hosts_configured = True
             stale = self.max_staleness if self.mode == "async" else None
-            await asyncio.gather(*(call_host(h, "set_max_staleness", stale) for h in self.hosts))
+            await self.pool.broadcast("set_max_staleness", stale, remember="staleness")
 
     def _split_groups(self, n: int) -> dict[str, int]:
         g = self.mcfg.group_size
@@ -282,12 +273,6 @@ class RolloutScheduler:
         eid = f"{group.group_id}/{slot}/a{attempt}#{self._episode_counter}"
         return EpisodeSpec(eid, group.tag, group.group_id, group.env_seed, slot, attempt)
 
-    def _pick_host(self) -> int:
-        live = [i for i in range(len(self.hosts)) if i not in self._dead_hosts]
-        if not live:
-            raise RuntimeError("every environment worker died")
-        return min(live, key=lambda i: (self._host_load[i], i))
-
     def _launch(self, group: _Group, slot: int) -> None:
         spec = self._spec(group, slot)
         group.running[slot] = spec.episode_id
@@ -299,18 +284,14 @@ class RolloutScheduler:
             async with self._sem:
                 if group.dropped:
                     return
-                host = self._pick_host()
-                self._host_load[host] += 1
+                host = await self.pool.acquire()
+                self.pool.load[host] += 1
                 self._episode_host[spec.episode_id] = host
-                try:
-                    trajs = await call_host(self.hosts[host], "run_episode", spec)
-                except Exception as e:
-                    if type(e).__name__ not in _ACTOR_DIED:
-                        raise
-                    logger.error("environment worker %d died: %s", host, e)
-                    self._dead_hosts.add(host)
-                    trajs = [Trajectory(failure="worker_died", failure_detail=str(e), env_tag=spec.tag,
-                                        group_id=spec.group_id, env_seed=spec.env_seed, episode_id=spec.episode_id)]
+                ok, trajs = await self.pool.call(host, "run_episode", spec)
+                if not ok:  # the host died (it is restarting): a transient failure, retried
+                    trajs = [Trajectory(failure="worker_died", failure_detail=f"environment worker {host} died: {trajs}",
+                                        env_tag=spec.tag, group_id=spec.group_id, env_seed=spec.env_seed,
+                                        episode_id=spec.episode_id)]
             self._on_episode(group, slot, spec, trajs)
         except asyncio.CancelledError:
             raise
@@ -320,7 +301,7 @@ class RolloutScheduler:
             self._notify()
         finally:
             if host is not None:
-                self._host_load[host] -= 1
+                self.pool.load[host] -= 1
             self._episode_host.pop(spec.episode_id, None)
             self._tasks.pop(spec.episode_id, None)
 
@@ -424,7 +405,7 @@ class RolloutScheduler:
                 by_host.setdefault(self._episode_host[eid], []).append(eid)
             elif eid in self._tasks:
                 self._tasks[eid].cancel()  # still waiting for a concurrency slot
-        await asyncio.gather(*(call_host(self.hosts[h], "cancel", ids) for h, ids in by_host.items() if h not in self._dead_hosts))
+        await asyncio.gather(*(self.pool.call(h, "cancel", ids) for h, ids in by_host.items()))
 
     def _notify(self) -> None:
         if self._changed is not None:
@@ -575,9 +556,10 @@ class RolloutScheduler:
         specs = []
         for i, (group, slot) in enumerate(items):
             spec = self._spec(group, slot)
-            host = self._pick_host()
-            self._host_load[host] += 1
-            specs.append((group, slot, spec, host))
+            host = await self.pool.acquire()
+            self.pool.load[host] += 1
+            # (host, its incarnation): an episode never continues on a restarted process
+            specs.append((group, slot, spec, (host, self.pool.epoch[host])))
         active = await asyncio.gather(*(self._lockstep_call(h, "start_episode", s) for _, _, s, h in specs))
         live = [x for x, ok in zip(specs, active) if ok]
         while live:
@@ -590,21 +572,18 @@ class RolloutScheduler:
             if trajs is False:  # the worker died: the episode is an infrastructure failure
                 trajs = [Trajectory(failure="worker_died", env_tag=spec.tag, group_id=spec.group_id,
                                     env_seed=spec.env_seed, episode_id=spec.episode_id)]
-            self._host_load[host] -= 1
+            self.pool.load[host[0]] -= 1
             out.append((group, slot, spec, trajs))
         return out
 
-    async def _lockstep_call(self, host: int, method: str, *args: Any) -> Any:
-        if host in self._dead_hosts:
+    async def _lockstep_call(self, host: tuple[int, int], method: str, *args: Any) -> Any:
+        """The call's result, or False when the episode's host died (now or earlier: a restarted
+        process does not know the episode)."""
+        i, epoch = host
+        if self.pool.epoch[i] != epoch:
             return False
-        try:
-            return await call_host(self.hosts[host], method, *args)
-        except Exception as e:
-            if type(e).__name__ not in _ACTOR_DIED:
-                raise
-            logger.error("environment worker %d died: %s", host, e)
-            self._dead_hosts.add(host)
-            return False
+        ok, result = await self.pool.call(i, method, *args)
+        return result if ok else False
 
     # ================================================================ batch
     def _assemble(self, groups: list[_Group], demand: dict[str, int], elapsed: float) -> RolloutBatch:
@@ -613,6 +592,7 @@ class RolloutScheduler:
         trajs = [t for g in groups for t in g.trajectories()]
         metrics = episode_metrics(trajs, self.version)
         metrics.update(counter_metrics(self.counters, self.failures_by_tag))
+        metrics.update(self.pool.metrics())
         failed = sum(v for k, v in self.counters.items() if k.startswith("failures/") and k != "failures/permanent")
         attempted = failed + self.counters["episodes_finished"]
         metrics["rollout/episodes_failed"] = float(failed)

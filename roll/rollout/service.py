@@ -53,7 +53,7 @@ def build_rollout_scheduler(
         on_weight_update=config.rollout.on_weight_update, imports=list(config.imports),
     )
     if use_ray:
-        hosts = create_env_workers(mcfg.num_env_workers, mcfg.num_cpus_per_env_worker, **kwargs)
+        hosts = create_env_workers(mcfg.num_env_workers, mcfg.num_cpus_per_env_worker, mcfg.max_worker_restarts, **kwargs)
     else:
         hosts = [EnvironmentWorker(**kwargs)]
     tok = tokenizer
@@ -82,8 +82,13 @@ class ThreadedScheduler:
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         return self._loop.run(coro, timeout)
 
-    def get_batch(self, n: int, timeout_s: float | None = None) -> RolloutBatch:
-        return self._run(self.scheduler.get_batch(n, timeout_s))
+    def get_batch(self, n: int, timeout_s: float | None = None, on_wait: Callable[[], None] | None = None,
+                  wait_interval_s: float = 5.0) -> RolloutBatch:
+        """A batch of ``n`` episodes; ``on_wait()`` runs on the calling thread every
+        ``wait_interval_s`` seconds while it is produced (e.g. recovering crashed workers)."""
+        if on_wait is None:
+            return self._run(self.scheduler.get_batch(n, timeout_s))
+        return self._loop.run_watching(self.scheduler.get_batch(n, timeout_s), on_wait, wait_interval_s)
 
     def suspend(self) -> None:
         self._run(self.scheduler.suspend())

@@ -3,8 +3,9 @@ rollout scheduler keeps producing episodes while the driver trains)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
-from typing import Any, Coroutine, Optional
+from typing import Any, Callable, Coroutine, Optional
 
 
 class LoopThread:
@@ -16,6 +17,22 @@ class LoopThread:
     def run(self, coro: Coroutine, timeout: Optional[float] = None) -> Any:
         """Run ``coro`` on the loop and wait for its result (``timeout`` seconds at most)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def run_watching(self, coro: Coroutine, on_wait: Callable[[], None], interval_s: float) -> Any:
+        """Run ``coro`` on the loop and wait for its result, calling ``on_wait()`` on this thread
+        every ``interval_s`` seconds meanwhile (health checks while a long call runs). If
+        ``on_wait`` raises, the coroutine is cancelled and the error propagates."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        while True:
+            try:
+                return fut.result(interval_s)
+            except concurrent.futures.TimeoutError:
+                pass
+            try:
+                on_wait()
+            except BaseException:
+                fut.cancel()
+                raise
 
     @property
     def running(self) -> bool:

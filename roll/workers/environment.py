@@ -13,6 +13,7 @@ turn. Weight updates go through ``suspend`` / ``set_policy_version`` / ``resume`
 from __future__ import annotations
 
 import asyncio
+import os
 import importlib
 import traceback
 from collections import Counter
@@ -192,6 +193,10 @@ class EnvironmentWorker:
     async def set_max_staleness(self, max_staleness: int | None) -> None:
         self.control.max_staleness = max_staleness
 
+    async def ping(self) -> dict[str, int]:
+        """Liveness (the host pool waits on it for a restarted worker)."""
+        return {"pid": os.getpid()}
+
     async def stats(self) -> dict[str, float]:
         out = {f"rollout/env_worker/{k}": float(v) for k, v in self.counters.items()}
         out.update(self.router.stats())
@@ -252,16 +257,42 @@ def _close_quietly(env: Any) -> None:
         logger.debug("env.close failed: %s", e)
 
 
-def create_env_workers(num_workers: int, num_cpus: float = 1.0, **worker_kwargs: Any) -> list[Any]:
+class EnvironmentWorkerActor(EnvironmentWorker):
+    """The Ray actor form: its arguments arrive as one object put by the creator, which keeps
+    it referenced for as long as the workers live. Ray restarts an actor from its creation
+    arguments, and arguments that Ray itself moved to the object store (large ones) can be
+    evicted and make a restart fail; an object the creator holds cannot."""
+
+    def __init__(self, name: str, kwargs: dict[str, Any]):
+        super().__init__(name=name, **kwargs)
+
+
+_CREATION_ARGS: dict[str, Any] = {}
+"""Actor id -> the ObjectRef of its creation arguments (see EnvironmentWorkerActor)."""
+
+
+def release_creation_args(handle: Any) -> None:
+    """The worker is gone for good: its creation arguments may be freed."""
+    _CREATION_ARGS.pop(getattr(getattr(handle, "_actor_id", None), "hex", lambda: "")(), None)
+
+
+def create_env_workers(num_workers: int, num_cpus: float = 1.0, max_restarts: int = 3, **worker_kwargs: Any) -> list[Any]:
     """``num_workers`` EnvironmentWorker Ray actors (async actors: many episodes each).
 
     ``worker_kwargs`` are EnvironmentWorker's arguments; pass the tokenizer as a model path
     and inference workers as Ray actor handles. The CPU reservation comes from the config
-    (``EnvManagerConfig.num_cpus_per_env_worker``)."""
+    (``EnvManagerConfig.num_cpus_per_env_worker``). A crashed worker is restarted by Ray up to
+    ``max_restarts`` times; the scheduler's host pool replays its settings, and episodes that
+    were running on it are retried."""
     import ray
 
-    actor_cls = ray.remote(EnvironmentWorker)
-    return [
-        actor_cls.options(num_cpus=num_cpus, max_concurrency=10_000).remote(name=f"env-worker-{i}", **worker_kwargs)
+    actor_cls = ray.remote(EnvironmentWorkerActor)
+    args = ray.put(worker_kwargs)
+    handles = [
+        actor_cls.options(num_cpus=num_cpus, max_concurrency=10_000, max_restarts=max_restarts, max_task_retries=0)
+        .remote(f"env-worker-{i}", args)
         for i in range(num_workers)
     ]
+    for h in handles:
+        _CREATION_ARGS[h._actor_id.hex()] = args
+    return handles

@@ -20,9 +20,24 @@ from typing import Any
 
 from roll.data.batch import Batch
 from roll.distributed.model_update import WeightReceiver
+from roll.errors import WorkerUnavailableError
 from roll.registry import STRATEGIES
 from roll.strategies.base import GenerationRequest, GenerationResult
 from roll.workers.base import Worker
+
+
+def _reconstructed() -> bool:
+    """Whether this actor process is a restart of one that died (False outside Ray)."""
+    try:
+        import warnings
+
+        import ray
+
+        with warnings.catch_warnings():  # Ray's property reads a deprecated field internally
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # not inside an actor
+        return False
 
 
 class InferenceWorker(Worker):
@@ -32,6 +47,9 @@ class InferenceWorker(Worker):
         super().__init__(role, rank, world_size, worker_config, **kwargs)
         self.strategy = None
         self.receivers: dict[str, WeightReceiver] = {}  # one per ModelUpdateGroup
+        # A worker Ray restarted after a crash loads the pretrained weights in setup; it must not
+        # generate until the driver has pushed the current policy (finish_weight_update).
+        self.serving = not _reconstructed()
 
     async def setup(self, master_addr: str, master_port: int) -> None:
         cls = STRATEGIES.get(self.worker_config.strategy_args.strategy_name)
@@ -44,6 +62,9 @@ class InferenceWorker(Worker):
 
     # ---- generation ---------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> GenerationResult:
+        if self.strategy is None or not self.serving:
+            raise WorkerUnavailableError(f"{self.role} rank {self.rank} restarted: waiting for "
+                                         f"{'setup' if self.strategy is None else 'the current weights'}")
         return await self.strategy.generate(request)
 
     async def abort(self, request_ids: list[str]) -> None:
@@ -79,6 +100,7 @@ class InferenceWorker(Worker):
                 # an empty last bucket publishes the version through the protocol method (no
                 # tensors to copy, and generation is paused: no need to leave the event loop)
                 self.strategy.update_weights([], version, True)
+                self.serving = True
         finally:
             if hasattr(self.strategy, "resume"):
                 self.strategy.resume()

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from roll.errors import WorkerUnavailableError
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
 from roll.utils.logging import get_logger
@@ -155,6 +156,8 @@ class RewardWorker(Worker):
 
     async def compute(self, sample: dict) -> RewardResult:
         """Score one sample: the record's fields plus ``response`` (and ``prompt_text``)."""
+        if self.fn is None:  # restarted by Ray after a crash and not set up yet
+            raise WorkerUnavailableError(f"{self.role} rank {self.rank} restarted: waiting for setup")
         loop = asyncio.get_running_loop()
         timeout = float(self.reward_config.timeout_s)
         async with self.sem:
@@ -185,6 +188,8 @@ class RewardClient:
         self.tag_to_reward = tag_to_reward
         self.reward_configs = reward_configs
         self.outstanding: dict[str, list[int]] = {name: [0] * c.world_size for name, c in clusters.items()}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.restarts: Counter = Counter()  # crashed workers set up again, per reward
         self.reset_counts()
 
     def reset_counts(self) -> None:
@@ -199,22 +204,30 @@ class RewardClient:
         if name is None:
             raise KeyError(f"no reward configured for domain {tag!r}")
         cluster = self.clusters[name]
-        rank = self._pick(name)
-        self.outstanding[name][rank] += 1
         # backstop for a worker that cannot even answer (its own timeout handles the rest)
         backstop = float(self.reward_configs[name].timeout_s) + 30.0
-        try:
-            result = await asyncio.wait_for(cluster.workers[rank].compute.remote(sample), backstop)
-        except TimeoutError:
-            result = RewardResult(failed="timeout", error=f"TimeoutError: reward worker {name}/{rank} did not answer in {backstop:g}s")
-        except Exception as e:  # noqa: BLE001  (the actor died or its call failed: the sample fails, counted)
-            import ray
+        for attempt in range(2):
+            rank = self._pick(name)
+            self.outstanding[name][rank] += 1
+            try:
+                result = await asyncio.wait_for(cluster.workers[rank].compute.remote(sample), backstop)
+                break
+            except TimeoutError:
+                result = RewardResult(failed="timeout", error=f"TimeoutError: reward worker {name}/{rank} did not answer in {backstop:g}s")
+                break
+            except Exception as e:  # noqa: BLE001  (the actor died or its call failed: the sample fails, counted)
+                import ray
 
-            if isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+                result = RewardResult(failed="worker_died", error=f"{type(e).__name__}: {str(e)[:300]}")
+                if not isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                                      WorkerUnavailableError)):
+                    break
+                # the worker crashed (Ray restarts it): set it up again and score the sample once more
                 cluster.report_dead(rank)
-            result = RewardResult(failed="worker_died", error=f"{type(e).__name__}: {str(e)[:300]}")
-        finally:
-            self.outstanding[name][rank] -= 1
+                if attempt == 0 and not await self._recover(name):
+                    break
+            finally:
+                self.outstanding[name][rank] -= 1
         c = self.counts[tag]
         c["samples"] += 1
         if result.failed:
@@ -222,6 +235,21 @@ class RewardClient:
             c[f"failed_{result.failed}"] += 1
             c[f"errors/{result.error.split(':', 1)[0]}"] += 1
         return result
+
+    async def _recover(self, name: str) -> bool:
+        """Wait for a crashed worker of reward ``name`` to restart and set it up again (one
+        recovery at a time per reward; samples that saw the same death wait for it)."""
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        cluster = self.clusters[name]
+        async with lock:
+            before = cluster.restarts
+            try:
+                await asyncio.to_thread(cluster.ensure_ready)
+            except Exception as e:  # noqa: BLE001  (out of restarts: the samples fail, counted)
+                logger.error("reward.%s: a crashed worker could not be restarted: %s", name, e)
+                return False
+            self.restarts[name] += cluster.restarts - before
+        return True
 
     def restart_hung_workers(self) -> dict[str, float]:
         """Restart workers holding too many hung calls; call between steps (blocking)."""
@@ -245,6 +273,8 @@ class RewardClient:
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}
+        for name, n in self.restarts.items():
+            out[f"reward/{name}/crash_recoveries"] = float(n)
         for tag, c in self.counts.items():
             n = max(1, c["samples"])
             out[f"reward/{tag}/failed"] = float(c["failed"])

@@ -93,3 +93,84 @@ def test_abort_reaches_the_right_worker_and_queued_requests():
     assert all(r.finish_reason == "abort" for r in results)
     assert sorted(workers[0].aborted + workers[1].aborted) == ["e0/t0", "e1/t0"]
     assert results[2].output_ids == []  # never reached an engine
+
+
+class ActorDiedError(RuntimeError):
+    """Named like Ray's: the router tells a dead worker by the exception's type name."""
+
+
+class DyingWorker(Worker):
+    """Dies on the first ``deaths`` calls, then (restarted) is not serving for ``not_ready`` calls."""
+
+    def __init__(self, deaths=1, not_ready=0, **kw):
+        super().__init__(**kw)
+        self.deaths, self.not_ready = deaths, not_ready
+
+    async def generate(self, r):
+        if self.deaths:
+            self.deaths -= 1
+            self.seen.append(r.request_id)
+            raise ActorDiedError("the actor died unexpectedly")
+        if self.not_ready:
+            self.not_ready -= 1
+            self.seen.append(r.request_id)
+            from roll.errors import WorkerUnavailableError
+
+            raise WorkerUnavailableError("restarted: waiting for the current weights")
+        return await super().generate(r)
+
+    async def abort(self, ids):
+        raise ActorDiedError("dead")
+
+
+def test_a_dead_worker_fails_no_request_the_next_worker_serves_it():
+    dying, healthy = DyingWorker(deaths=1), Worker()
+    router = Router([dying, healthy])
+
+    async def go():
+        return await router.generate(req("e0", 0))
+
+    out = asyncio.run(go())
+    assert out.output_ids == [1, 2] and out.finish_reason == "stop"
+    assert dying.seen == ["e0/t0"] and healthy.seen == ["e0/t0"]
+    assert router.stats()["rollout/router/unavailable_retries"] == 1.0
+    # the episode is now bound to the worker that served it
+    asyncio.run(router.generate(req("e0", 1)))
+    assert healthy.seen == ["e0/t0", "e0/t1"]
+
+
+def test_a_restarted_worker_is_waited_for_until_it_serves():
+    w = DyingWorker(deaths=1, not_ready=2)
+    router = Router([w])
+    out = asyncio.run(router.generate(req("e0", 0)))
+    assert out.finish_reason == "stop" and len(w.seen) == 4
+    assert router.unavailable_retries == 3
+
+
+def test_unavailable_past_the_wait_raises_and_other_errors_are_not_retried():
+    router = Router([DyingWorker(deaths=100)], unavailable_wait_s=0.3)
+    with pytest.raises(ActorDiedError):
+        asyncio.run(router.generate(req("e0", 0)))
+
+    class Broken(Worker):
+        async def generate(self, r):
+            self.seen.append(r.request_id)
+            raise ValueError("a bug, not a death")
+
+    b = Broken()
+    with pytest.raises(ValueError):
+        asyncio.run(Router([b]).generate(req("e1", 0)))
+    assert b.seen == ["e1/t0"]
+
+
+def test_abort_while_waiting_to_retry_returns_an_aborted_result():
+    router = Router([DyingWorker(deaths=100)])
+
+    async def go():
+        task = asyncio.create_task(router.generate(req("e0", 0)))
+        await asyncio.sleep(0.05)  # the first attempt failed; waiting to send again
+        await router.abort(["e0/t0"])  # the dead worker's abort error is not raised
+        return await task
+
+    out = asyncio.run(go())
+    assert out.finish_reason == "abort" and out.output_ids == []
