@@ -6,6 +6,7 @@ from typing import Literal
 
 IsolationMode = Literal["auto", "userns", "root"]
 ResourceControl = Literal["cgroup", "rlimit"]
+InitChoice = Literal["auto", "c", "python"]
 
 
 @dataclass
@@ -36,8 +37,14 @@ class SandboxConfig:
     work_dir: str = "/tmp"
     """Path of the writable tmpfs inside the sandbox; files are placed and programs start here."""
     python: str = "/usr/bin/python3"
-    """Interpreter used by run_python and by the sandbox's init, inside the sandbox (the system
+    """Interpreter used by run_python (and by the Python init), inside the sandbox (the system
     Python: the build's own Python may live where the unprivileged user cannot read)."""
+    init: InitChoice = "auto"
+    """The namespace's init: `c` (roll/sandbox/init.c, compiled at first use with the system C
+    compiler and cached per user; an error where it cannot be built), `python`
+    (roll/sandbox/init.py, run by `python`: about 10 ms more CPU per run), or `auto` (c, else
+    python with one logged warning; the ROLL_SANDBOX_INIT environment variable, c or python,
+    overrides auto). Every result says which ran (`init`)."""
     isolation: IsolationMode = "auto"
     """How the unprivileged user is set up: `userns` (bwrap in a user namespace; seen as 65534
     inside), `root` (bwrap started as root without a user namespace, privileges dropped inside
@@ -72,6 +79,8 @@ class SandboxConfig:
     """Extra environment variables for the program (the environment is otherwise cleared)."""
 
     def __post_init__(self) -> None:
+        if self.init not in ("auto", "c", "python"):
+            raise ValueError(f"sandbox init must be auto, c or python, not {self.init!r}")
         if self.isolation not in ("auto", "userns", "root"):
             raise ValueError(f"sandbox isolation must be auto, userns or root, not {self.isolation!r}")
         for name in ("timeout_s", "cpu_time_s", "cpu_cores"):

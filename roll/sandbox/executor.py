@@ -4,7 +4,8 @@ The parent never trusts the child: it feeds stdin, caps what it reads, enforces 
 deadline itself (and the run's CPU time when the run has a cgroup), and after the run makes sure
 the sandbox's PID namespace is gone (when its init process dies, the kernel kills every process
 left in it, including `setsid` orphans). The init (roll/sandbox/init.py) reports the program's
-exact wait status and the run's CPU time through a pipe of its own.
+exact wait status and the run's CPU time through a pipe of its own (init.c compiled, or init.py:
+init_build.py chooses).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from roll.sandbox import seccomp
 from roll.sandbox.cgroup import RunCgroup, detect_parent
 from roll.sandbox.config import SandboxConfig, as_config
+from roll.sandbox.init_build import InitBuildError, SandboxInit, resolve_init
 from roll.sandbox.isolation import (
     LAUNCH_ENV,
     SandboxError,
@@ -85,6 +87,9 @@ class ExecutionResult:
     """How the run's resources were bounded: 'cgroup' (a cgroup v2 of its own: memory, pids, CPU
     for the whole run, plus the rlimits) or 'rlimit' (rlimits per process, the run's CPU time
     counted by the sandbox's init)."""
+    init: str = ""
+    """Which init ran the namespace: 'c' (roll/sandbox/init.c, compiled) or 'python'
+    (roll/sandbox/init.py); '' in unsafe mode, which has none."""
 
     @property
     def ok(self) -> bool:
@@ -118,6 +123,11 @@ class Sandbox:
     def resource_control(self) -> str:
         """'cgroup' when runs get a cgroup v2 of their own, else 'rlimit' (docs/sandbox.md)."""
         return "cgroup" if self.mode != "unsafe" and self._cgroup_parent is not None else "rlimit"
+
+    @property
+    def init(self) -> str:
+        """The init a run gets now: 'c', 'python', or '' in unsafe mode (docs/sandbox.md)."""
+        return "" if self.mode == "unsafe" else self._resolve_init().kind
 
     def run_python(
         self,
@@ -160,7 +170,7 @@ class Sandbox:
                     for k, v in (files or {}).items()}
         timeout = float(timeout_s if timeout_s is not None else self.config.timeout_s)
         if not os.access(self.config.python, os.X_OK):  # the sandbox sees the host's /usr
-            raise SandboxUnavailable(f"sandbox interpreter {self.config.python!r} (also the sandbox's init) "
+            raise SandboxUnavailable(f"sandbox interpreter {self.config.python!r} (also the Python init) "
                                      f"not found or not executable")
         mode = self.mode
         if mode == "unsafe":
@@ -175,18 +185,32 @@ class Sandbox:
                 UidLeases.release(lease[1])
 
     # ------------------------------------------------------------------------------ internals
+    def _resolve_init(self) -> SandboxInit:
+        """Resolved per run (once per process and choice, then a lookup), so that
+        ROLL_SANDBOX_INIT applies to sandboxes that already exist."""
+        try:
+            return resolve_init(self.config.init)
+        except InitBuildError as e:
+            raise SandboxUnavailable(f"sandbox init 'c' is unavailable: {e}") from e
+
     def _probe(self, mode: str) -> str | None:
         """Start a trivial sandbox in ``mode``; an error text, or None when it works."""
+        init = self._resolve_init()
         r, w = os.pipe()
         rr, rw = os.pipe()
         lease = self._leases.acquire() if self._leases is not None else None
         try:
             sec = _seccomp_fd()
+            init_fd = init.open_for_run()
+            extra = (init_fd,) if init_fd is not None else ()
             try:
-                argv = self._argv(mode, ["/bin/true"], [], w, rw, sec, lease[0] if lease else None, 5.0)
-                return run_probe(argv, pass_fds=(w, rw, sec))
+                argv = self._argv(mode, ["/bin/true"], [], w, rw, sec, lease[0] if lease else None, 5.0,
+                                  init.kind, init_fd)
+                return run_probe(argv, pass_fds=(w, rw, sec, *extra))
             finally:
                 os.close(sec)
+                for fd in extra:
+                    os.close(fd)
         finally:
             for fd in (r, w, rr, rw):
                 os.close(fd)
@@ -194,11 +218,12 @@ class Sandbox:
                 UidLeases.release(lease[1])
 
     def _argv(self, mode: str, command: list[str], files: list[tuple[int, str]], status_fd: int,
-              report_fd: int, seccomp_fd: int, uid: int | None, timeout: float) -> list[str]:
+              report_fd: int, seccomp_fd: int, uid: int | None, timeout: float, init_kind: str,
+              init_fd: int | None) -> list[str]:
         """The launcher's command line."""
         cfg, tools = self.config, self._tools
         env = {**_SANDBOX_ENV, "HOME": cfg.work_dir, "TMPDIR": cfg.work_dir, **cfg.env}
-        inner = init_args(cfg, report_fd, timeout)
+        inner = init_args(cfg, report_fd, timeout, init_kind)
         if mode == "root":
             inner += drop_privileges_args(tools.setpriv, uid, uid)
         outer: list[str] = []
@@ -208,15 +233,17 @@ class Sandbox:
             # starts. (setpriv rather than Popen(user=...): Popen cannot vfork when it changes
             # the uid, and forking a large trainer process costs more than one small exec.)
             outer = [tools.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-        return outer + bwrap_args(cfg, tools, mode, files, status_fd, env, seccomp_fd) + inner + command
+        return outer + bwrap_args(cfg, tools, mode, files, status_fd, env, seccomp_fd, init_fd) + inner + command
 
     def _run_bwrap(self, mode: str, command: list[str], stdin: bytes, contents: dict[str, bytes],
                    timeout: float, lease) -> ExecutionResult:
         cfg = self.config
+        init = self._resolve_init()
         fds: list[tuple[int, str]] = []
         status_r, status_w = os.pipe()
         report_r, report_w = os.pipe()
         cgroup = None
+        init_fd = None
         try:
             for name, data in contents.items():
                 fd = os.memfd_create("roll-sandbox-file", 0)
@@ -225,9 +252,11 @@ class Sandbox:
                 while view:
                     view = view[os.write(fd, view):]
                 os.lseek(fd, 0, os.SEEK_SET)
+            init_fd = init.open_for_run()
             sec = _seccomp_fd()
-            fds_in = [status_w, report_w, sec] + [fd for fd, _ in fds]
-            argv = self._argv(mode, command, fds, status_w, report_w, sec, lease[0] if lease else None, timeout)
+            fds_in = [status_w, report_w, sec] + [fd for fd, _ in fds] + ([init_fd] if init_fd is not None else [])
+            argv = self._argv(mode, command, fds, status_w, report_w, sec, lease[0] if lease else None, timeout,
+                              init.kind, init_fd)
             if self._cgroup_parent is not None:
                 cgroup = RunCgroup(self._cgroup_parent, (cfg.memory_mb + cfg.tmpfs_mb) * 1024 * 1024,
                                    cfg.max_processes + 2, cfg.cpu_cores)
@@ -245,6 +274,7 @@ class Sandbox:
             finally:
                 os.close(sec)
         except BaseException:
+            os.close(status_r)
             os.close(report_r)
             if cgroup is not None:
                 cgroup.remove()
@@ -254,6 +284,8 @@ class Sandbox:
             os.close(report_w)
             for fd, _ in fds:
                 os.close(fd)
+            if init_fd is not None:
+                os.close(init_fd)
         try:
             try:
                 cpu_probe = (cgroup.cpu_s, float(cfg.cpu_time_s)) if cgroup is not None else None
@@ -288,7 +320,8 @@ class Sandbox:
             run.killed_for = "memory"
         cpu = max(float(report.get("cpu_s") or 0.0), cg_cpu,
                   (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0)
-        return self._result(run, exit_code, sig, wall, cpu, mode, "cgroup" if cgroup is not None else "rlimit")
+        return self._result(run, exit_code, sig, wall, cpu, mode, "cgroup" if cgroup is not None else "rlimit",
+                            init.kind)
 
     def _run_unsafe(self, command: list[str], stdin: bytes, contents: dict[str, bytes],
                     timeout: float, lease) -> ExecutionResult:
@@ -326,9 +359,9 @@ class Sandbox:
         else:
             exit_code, sig = os.WEXITSTATUS(status), None
         cpu = (rusage.ru_utime + rusage.ru_stime) if rusage is not None else 0.0
-        return self._result(run, exit_code, sig, wall, cpu, "unsafe", "rlimit")
+        return self._result(run, exit_code, sig, wall, cpu, "unsafe", "rlimit", "")
 
-    def _result(self, run: _Communication, exit_code, sig, wall, cpu, mode, control) -> ExecutionResult:
+    def _result(self, run: _Communication, exit_code, sig, wall, cpu, mode, control, init) -> ExecutionResult:
         oom = run.killed_for == "memory" or any(m in run.err[-4096:] for m in _OOM_MARKERS)
         limit = run.killed_for
         if not limit:
@@ -343,7 +376,7 @@ class Sandbox:
             stdout=run.out.decode("utf-8", errors="replace"), stderr=run.err.decode("utf-8", errors="replace"),
             stdout_truncated=run.truncated["out"], stderr_truncated=run.truncated["err"],
             timed_out=run.killed_for == "timeout", oom=oom, limit=limit,
-            wall_time_s=wall, cpu_time_s=cpu, isolation=mode, resource_control=control,
+            wall_time_s=wall, cpu_time_s=cpu, isolation=mode, resource_control=control, init=init,
         )
 
 

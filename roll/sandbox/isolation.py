@@ -14,8 +14,9 @@ Three modes (see docs/sandbox.md):
 - ``unsafe``: no bwrap at all (explicit opt-in only): a plain process group with rlimits,
   still as a leased unprivileged uid when we are root.
 
-In both bwrap modes the namespace's PID 1 is roll/sandbox/init.py, run by the sandbox's
-interpreter under the seccomp filter of roll/sandbox/seccomp.py.
+In both bwrap modes the namespace's PID 1 is our own init, under the seccomp filter of
+roll/sandbox/seccomp.py: roll/sandbox/init.c compiled (init_build.py), or roll/sandbox/init.py
+run by the sandbox's interpreter.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 from roll.sandbox.config import SandboxConfig
+from roll.sandbox.init_build import PATH_INSIDE as INIT_PATH_INSIDE
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -101,16 +103,19 @@ def prlimit_args(config: SandboxConfig, prlimit: str) -> list[str]:
 _INIT_SOURCE: str | None = None
 
 
-def init_args(config: SandboxConfig, report_fd: int, timeout_s: float) -> list[str]:
-    """The sandbox's init (roll/sandbox/init.py, passed as source: the sandbox cannot read the
-    project's files) with its settings; the command follows."""
+def init_args(config: SandboxConfig, report_fd: int, timeout_s: float, kind: str) -> list[str]:
+    """The sandbox's init with its settings; the command follows. ``kind`` "c": the compiled
+    init (roll/sandbox/init.c) at init_build.PATH_INSIDE, where bwrap_args puts it; "python":
+    roll/sandbox/init.py, passed as source (the sandbox cannot read the project's files)."""
     global _INIT_SOURCE
-    if _INIT_SOURCE is None:
-        with open(os.path.join(os.path.dirname(__file__), "init.py")) as f:
-            _INIT_SOURCE = f.read()
     limits = ",".join(f"{k}={v}" for k, v in rlimits(config).items())
     # the backstop only: the parent kills the run at its deadline
     settings = f"{report_fd};{float(config.cpu_time_s)!r};{float(timeout_s) + 5.0!r};{limits}"
+    if kind == "c":
+        return [INIT_PATH_INSIDE, settings]
+    if _INIT_SOURCE is None:
+        with open(os.path.join(os.path.dirname(__file__), "init.py")) as f:
+            _INIT_SOURCE = f.read()
     return [config.python, "-I", "-S", "-c", _INIT_SOURCE, settings]
 
 
@@ -127,8 +132,10 @@ def bwrap_args(
     status_fd: int,
     env: dict[str, str],
     seccomp_fd: int,
+    init_fd: int | None = None,
 ) -> list[str]:
-    """The bwrap part of the command line; ``files`` are (fd, path inside) pairs to copy in."""
+    """The bwrap part of the command line; ``files`` are (fd, path inside) pairs to copy in;
+    ``init_fd`` holds the compiled init, copied to a read-only file at INIT_PATH_INSIDE."""
     wd = config.work_dir.rstrip("/")
     # --as-pid-1: no bwrap reaper; the namespace's init is our own (init_args), which the
     # launcher reaps. When init exits, the kernel kills whatever else is left in the namespace.
@@ -159,6 +166,8 @@ def bwrap_args(
                 made_dirs.add(d)
                 args += ["--perms", "1777", "--dir", d]
         args += ["--perms", "0666", "--file", str(fd), f"{wd}/{rel}"]
+    if init_fd is not None:
+        args += ["--perms", "0555", "--ro-bind-data", str(init_fd), INIT_PATH_INSIDE]
     # The root and /dev are bwrap's own tmpfs mounts: read-only, so the size-limited work dir is
     # the only writable place.
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", wd]
@@ -248,7 +257,7 @@ def resolve_mode(config: SandboxConfig, tools: Tools, probe) -> str:
     ``probe(mode) -> str | None`` runs a trivial sandbox and returns an error text or None.
     The answer is cached per process.
     """
-    key = (tools.bwrap, config.isolation, config.python, os.geteuid(), config.allow_unsafe_fallback)
+    key = (tools.bwrap, config.isolation, config.python, config.init, os.geteuid(), config.allow_unsafe_fallback)
     with _MODE_LOCK:
         if key in _MODE_CACHE:
             return _MODE_CACHE[key]
