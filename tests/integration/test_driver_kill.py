@@ -39,16 +39,15 @@ def _run_killed(out: Path, where: str, resume: bool) -> list[str]:
     while proc.poll() is None:  # record the run's processes while the driver lives
         try:
             for child in driver.children(recursive=True):
-                if child.pid not in seen:
-                    seen[child.pid] = child
-                    names.add(_name(child))
+                seen.setdefault(child.pid, child)
+                names.add(_name(child))  # each time: a new process is "python" until it execs
         except psutil.NoSuchProcess:
             break
         assert time.monotonic() < deadline, "the run did not reach the kill point"
         time.sleep(0.2)
     stderr = proc.stderr.read()
     assert proc.returncode == -signal.SIGKILL, (where, proc.returncode, stderr[-3000:])
-    assert {"raylet", "gcs_server"} <= names, names  # the run's own local cluster was watched
+    assert {"raylet", "gcs_server"} <= names, (where, names)  # the run's own local cluster was watched
     time.sleep(GRACE_S)
     left = [p for p in seen.values() if _alive(p)]
     for p in left:  # do not leak them into the next test
