@@ -178,6 +178,7 @@ def resolve_init(choice: str, cache_dir: str | None = None, compiler: str | None
     choice = effective_choice(choice)
     if choice == "python":
         return SandboxInit("python")
+    cache_dir = cache_dir or default_cache_dir()
     key = (choice, cache_dir, compiler)
     with _LOCK:
         if key in _RESOLVED:

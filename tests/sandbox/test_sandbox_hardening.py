@@ -220,6 +220,20 @@ def test_every_result_reports_its_resource_control(sandbox):
     assert r.resource_control in ("cgroup", "rlimit")
 
 
+def test_every_result_reports_the_init_that_ran(sandbox, init_kind):
+    r = sandbox.run_python("print(open('/proc/1/cmdline', 'rb').read().split(b'\\0')[0].decode())")
+    assert r.ok and r.init == init_kind == sandbox.init, r
+    assert r.stdout.strip() == ("/.sandbox-init" if init_kind == "c" else ROOMY.python), r.stdout
+
+
+def test_the_init_runs_under_the_seccomp_filter(sandbox):
+    """bwrap loads the filter before it execs the init, so the init's own system calls (spawn,
+    wait, /proc reads, kill) must be allowed by it, and a program that took over the init would
+    still be filtered."""
+    r = sandbox.run_python("print(open('/proc/1/status').read().split('Seccomp:')[1].split()[0])")
+    assert r.ok and r.stdout.strip() == "2", r
+
+
 def test_exit_codes_above_128_are_exit_codes(sandbox):
     r = sandbox.run_python("import sys\nsys.exit(137)\n")
     assert (r.exit_code, r.signal) == (137, None)
