@@ -2,11 +2,12 @@
 
     python bench/sandbox.py            # 200 runs per measure, rewrites "## Sandbox" in docs/benchmarks.md
     python bench/sandbox.py --quick    # 40 runs per measure, same comparisons (< 60 s); prints only
+    python bench/sandbox.py --quick --init python   # the same with the Python init (default: auto)
 
 Measured side by side in one run, on the same program (read a line from stdin, print it):
   * plain `subprocess.run` of the system Python on a script written to a temp dir (the
     unisolated baseline), and the sandbox (bwrap namespaces + unprivileged user + seccomp
-    filter + the sandbox's own init with the rlimits and the run's CPU count + the run's cgroup
+    filter + the sandbox's own init (compiled, or Python: reported as `init`) with the rlimits and the run's CPU count + the run's cgroup
     where one is delegated + capped output + wall-clock deadline), one after the other in
     alternation so machine load hits both alike;
   * executions per second at concurrency 1 and 2 (threads over a SandboxPool, and over a
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--quick", action="store_true", help="40 runs per measure instead of 200")
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md (implied by --quick)")
+    ap.add_argument("--init", choices=("auto", "c", "python"), default="auto",
+                    help="the sandbox's init (SandboxConfig.init); the docs are rewritten only for auto")
     args = ap.parse_args(argv)
     n = args.runs or (40 if args.quick else 200)
 
@@ -90,10 +93,11 @@ def main(argv: list[str] | None = None) -> dict:
     from roll.sandbox import SandboxPool
 
     bench_start = time.perf_counter()
-    pool1 = SandboxPool({"timeout_s": 30}, max_concurrency=1)
-    pool2 = SandboxPool({"timeout_s": 30}, max_concurrency=2)
+    pool1 = SandboxPool({"timeout_s": 30, "init": args.init}, max_concurrency=1)
+    pool2 = SandboxPool({"timeout_s": 30, "init": args.init}, max_concurrency=2)
     mode = pool1.mode
     control = pool1.sandbox.resource_control
+    init = pool1.sandbox.init
     for i in range(3):  # warm the page cache and the mode probe
         plain_run(i)
         sandbox_run(pool1, i)
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     res = {
         "isolation": mode,
         "resource_control": control,
+        "init": init,
         "runs": n,
         "plain_ms": round(plain_ms, 2),
         "sandbox_ms": round(sandbox_ms, 2),
@@ -156,14 +161,14 @@ def main(argv: list[str] | None = None) -> dict:
         "reward_4case_ms": round(reward_ms, 1),
         "elapsed_s": round(elapsed, 1),
     }
-    print(f"isolation mode: {mode}; resource control: {control}; {n} runs per measure")
+    print(f"isolation mode: {mode}; resource control: {control}; init: {init}; {n} runs per measure")
     print(f"median wall per run: plain {plain_ms:.1f} ms, sandbox {sandbox_ms:.1f} ms -> overhead {overhead_ms:.1f} ms "
           f"(p10: {overhead_p10_ms:.1f} ms; load average {load_before:.1f} on {os.cpu_count()} cores)")
     print(f"CPU per run: plain {plain_cpu_ms:.1f} ms, sandbox {sandbox_cpu_ms:.1f} ms -> overhead {sandbox_cpu_ms - plain_cpu_ms:.1f} ms")
     for c in (1, 2):
         print(f"concurrency {c}: plain {tput[f'plain_c{c}']:.1f}/s, sandbox {tput[f'sandbox_c{c}']:.1f}/s")
     print(f"code_sandbox reward, 4 stdin/stdout cases: {reward_ms:.1f} ms median")
-    if not args.no_docs:
+    if not args.no_docs and args.init == "auto":
         write_docs(res, quick=args.quick)  # a --quick run prints only (bench/common.py)
     print("RESULT " + " ".join(f"{k}={v}" for k, v in res.items()))
     return res
@@ -176,7 +181,7 @@ def write_docs(res: dict, quick: bool) -> None:
         "",
         f"`{cmd}` ({res['runs']} runs per measure, {res['elapsed_s']} s; {platform.machine()}, "
         f"{os.cpu_count()} CPU cores shared with other work, 1-minute load average {res['load_avg_1min']} at the start, Python {platform.python_version()} driver, "
-        f"isolation mode `{res['isolation']}`, resource control `{res['resource_control']}`, seccomp filter on). The program reads a line and prints it; the baseline "
+        f"isolation mode `{res['isolation']}`, resource control `{res['resource_control']}`, init `{res['init']}`, seccomp filter on). The program reads a line and prints it; the baseline "
         f"is plain `subprocess.run` of the same system Python on the same script, measured in "
         f"alternation with the sandbox in the same run.",
         "",
@@ -191,10 +196,12 @@ def write_docs(res: dict, quick: bool) -> None:
         f"| code_sandbox reward, 4 stdin/stdout cases (4 executions, 2 at a time) | | {res['reward_4case_ms']} ms | |",
         "",
         "The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts and loading the "
-        "seccomp filter, then the sandbox's init (roll/sandbox/init.py: a second start of the system "
-        "Python, importing only built-in modules), all before the program. On a loaded machine every "
-        "exec and namespace setup slows down with the load, so the overhead measured here is an upper "
-        "bound of the idle-machine figure.",
+        "seccomp filter, then the sandbox's init (`c`: roll/sandbox/init.c, compiled at first use, "
+        "a static binary that starts in well under a millisecond; `python`, the fallback where no C "
+        "compiler is available: roll/sandbox/init.py, a second start of the system Python, about 10 ms "
+        "more CPU per run; `python bench/sandbox.py --quick --init python` measures it), all before the "
+        "program. On a loaded machine every exec and namespace setup slows down with the load, so the "
+        "overhead measured here is an upper bound of the idle-machine figure.",
         "",
     ]
     write_section("\n".join(lines), quick=quick)
