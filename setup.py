@@ -57,6 +57,7 @@ setup(
     packages=core + envs + pipelines,
     package_dir=package_dir,
     package_data={"roll.envs": ["**/*.json", "**/*.jsonl", "**/*.txt", "**/*.json.gz"], "roll": ["py.typed"],
+                  "roll.sandbox": ["init.c"],
                   "roll.viewer.static": ["*.html", "*.css", "*.js"]},
     include_package_data=True,
     install_requires=install_requires,
