@@ -1,6 +1,6 @@
 """Agentic pipeline: multi-turn RL against Gym text environments.
 
-One step (../shared/DESIGN.md section 3), each phase a named method (here or in the shared
+One step (docs/architecture.md, "One agentic step"), each phase a named method (here or in the shared
 `PolicyTrainer`, pipelines/policy.py):
 
     sync_weights -> collect_rollouts -> reference_logprobs -> old_logprobs -> critic_values

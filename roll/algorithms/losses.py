@@ -4,7 +4,12 @@ functions the training strategy calls.
 Policy loss signature (all [B, T], aligned to ``input_ids``; position 0 is never a model token)::
 
     fn(logprobs, old_logprobs, advantages, mask, cfg, *,
-       infer_logprobs=None, ref_logprobs=None, entropy=None) -> PolicyLossOutput(loss_mat [B, T], metrics)
+       infer_logprobs=None, ref_logprobs=None, entropy=None, **policy_loss_args)
+       -> PolicyLossOutput(loss_mat [B, T], metrics)
+
+``algorithm.policy_loss_args`` are passed as extra keyword arguments; a key the loss does not
+declare is a ConfigError when the loss function is built (the builtin losses declare none:
+their coefficients are ``algorithm`` fields).
 
 ``loss_mat`` is the per-token loss (to be minimised); reduction is separate
 (:func:`roll.algorithms.aggregation.aggregate_loss`), so every loss works with every mode.
@@ -41,6 +46,7 @@ strategy's own inputs for the forward pass.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -51,6 +57,7 @@ from roll.algorithms.aggregation import AGG_MODES, aggregate_loss, loss_normaliz
 from roll.algorithms.kl import compute_kl
 from roll.algorithms.masks import masked_mean
 from roll.data.batch import Batch
+from roll.config.validate import ConfigError
 from roll.registry import POLICY_LOSSES
 
 _LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: a finite ratio even for a token the old policy found impossible
@@ -193,14 +200,33 @@ def _check_config(cfg: Any) -> None:
         raise ValueError("loss_agg_mode seq-mean-token-sum-norm needs algorithm.loss_agg_norm_constant (e.g. the response token budget)")
 
 
+_POLICY_LOSS_PARAMS = ("logprobs", "old_logprobs", "advantages", "mask", "cfg", "infer_logprobs", "ref_logprobs", "entropy")
+
+
+def _policy_loss_args(name: str, fn: Callable, args: dict[str, Any]) -> dict[str, Any]:
+    """``algorithm.policy_loss_args``, checked against the loss's signature now rather than
+    failing (or being swallowed by ``**kwargs``) at the first training step."""
+    if not args:
+        return args
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return args
+    accepted = sorted(n for n, p in params.items() if n not in _POLICY_LOSS_PARAMS
+                      and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    unknown = sorted(set(args) - set(accepted))
+    if unknown:
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes none (its coefficients are algorithm fields)"
+        raise ConfigError([f"algorithm.policy_loss_args {unknown}: not arguments of policy loss {name!r}; {takes}"])
+    return args
+
+
 def make_actor_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dict]], tuple[torch.Tensor, dict[str, float]]]:
     """The actor's ``loss_fn(micro_batch, logprobs, extra) -> (loss, metrics)``: registered
     policy loss (x TIS weights) + ``kl_loss_coef`` * KL(pi || ref) - ``entropy_coef`` *
     entropy, each aggregated with ``cfg.loss_agg_mode`` over the global normalisers."""
     _check_config(cfg)
     policy_fn = POLICY_LOSSES.get(cfg.policy_loss)
-    if cfg.policy_loss_args:
-        raise ValueError(f"algorithm.policy_loss_args {sorted(cfg.policy_loss_args)}: builtin losses take no extra arguments")
+    loss_args = _policy_loss_args(cfg.policy_loss, policy_fn, dict(cfg.policy_loss_args or {}))
     needs_entropy = cfg.entropy_coef != 0
 
     def loss_fn(micro_batch: Batch, logprobs: torch.Tensor, extra: Optional[dict] = None) -> tuple[torch.Tensor, dict[str, float]]:
@@ -216,7 +242,7 @@ def make_actor_loss_fn(cfg: Any) -> Callable[[Batch, torch.Tensor, Optional[dict
         def agg(x: torch.Tensor) -> torch.Tensor:
             return aggregate_loss(x, mask, cfg.loss_agg_mode, n_tok, n_seq, cfg.loss_agg_norm_constant)
 
-        out = policy_fn(logprobs, old, adv, mask, cfg, infer_logprobs=infer, ref_logprobs=ref, entropy=entropy)
+        out = policy_fn(logprobs, old, adv, mask, cfg, infer_logprobs=infer, ref_logprobs=ref, entropy=entropy, **loss_args)
         loss_mat = out.loss_mat
         metrics = dict(out.metrics)
         if cfg.tis_cap is not None:

@@ -28,7 +28,7 @@ class AlgorithmConfig:
     policy_loss: str = "ppo_clip"
     """Registered policy loss: ppo_clip, dual_clip, gspo, pg (`roll list losses`); truncated IS against the inference logprobs is `tis_cap`, usable with any of them."""
     policy_loss_args: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments of the policy loss."""
+    """Extra keyword arguments of the policy loss, checked against its signature (the builtin losses take none: their coefficients are the fields below; a registered loss declares its own)."""
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are reduced; normalisers use the whole mini-batch, not each micro-batch."""
     loss_agg_norm_constant: Optional[float] = ranged(None, gt=0)

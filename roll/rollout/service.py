@@ -5,7 +5,7 @@ pipeline calls ``get_batch`` (blocking) and, while it trains, the loop keeps run
 episodes that ``async_generation_ratio`` allows ahead. Weight updates::
 
     with sched.weight_update(version=step + 1):   # suspend ... set_policy_version, resume
-        model_update_group.sync(version=step + 1)
+        model_update_group.update(version=step + 1)
 
 Note on the in-flight bound: every environment worker has its own Router, so
 ``max_inflight_per_worker`` bounds the requests one environment worker has outstanding on

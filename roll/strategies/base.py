@@ -1,4 +1,4 @@
-"""The two strategy contracts (see ../shared/DESIGN.md section 4) and the request types.
+"""The two strategy contracts (docs/architecture.md, "Packages") and the request types.
 
 A strategy is HOW a worker infers or trains; workers (roll/workers/) own one strategy each
 and expose it over Ray. Strategies are registered by name in `roll.registry.STRATEGIES`.

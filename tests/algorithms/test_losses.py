@@ -242,6 +242,27 @@ def test_loss_fn_errors_are_explicit():
         make_actor_loss_fn(AlgorithmConfig(policy_loss_args={"x": 1}))
 
 
+def test_policy_loss_args_reach_a_registered_loss_and_unknown_keys_are_config_errors():
+    from roll.algorithms.losses import ppo_clip
+    from roll.config.validate import ConfigError
+
+    def scaled_ppo(logprobs, old_logprobs, advantages, mask, cfg, *, scale=1.0, **inputs):
+        out = ppo_clip(logprobs, old_logprobs, advantages, mask, cfg, **inputs)
+        return type(out)(out.loss_mat * scale, out.metrics)
+
+    POLICY_LOSSES.register("test_scaled_ppo", scaled_ppo)
+    try:
+        mb, lp = _micro_batch(4)
+        set_loss_normalizers([mb])
+        base, _ = make_actor_loss_fn(AlgorithmConfig(policy_loss="test_scaled_ppo"))(mb, lp, {})
+        tripled, _ = make_actor_loss_fn(AlgorithmConfig(policy_loss="test_scaled_ppo", policy_loss_args={"scale": 3.0}))(mb, lp, {})
+        assert torch.allclose(tripled, 3 * base)
+        with pytest.raises(ConfigError, match=r"\['scal'\].*'ppo_clip'.*takes none"):
+            make_actor_loss_fn(AlgorithmConfig(policy_loss="ppo_clip", policy_loss_args={"scal": 3.0}))
+    finally:
+        POLICY_LOSSES._entries.pop("test_scaled_ppo", None)
+
+
 def test_critic_loss_fn_accepts_values_in_extra():
     mb, _ = _micro_batch(1)
     set_loss_normalizers([mb])
