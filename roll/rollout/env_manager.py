@@ -168,11 +168,9 @@ class EnvManager:
             oldest = min(self.turn_versions + vers, default=-1)
             if self.control.on_weight_update == "discard" and 0 <= oldest < self.control.version:
                 # discard mode: an episode never mixes versions, even one stopped between turns
-                self.failure, self.failure_detail, self.done = "discarded", "weight update in discard mode", True
-                return
+                return self._fail("discarded", "weight update in discard mode")
             if self.control.is_stale(oldest):
-                self.failure, self.failure_detail, self.done = "stale", f"oldest version {oldest} < {self.control.version} - {self.control.max_staleness}", True
-                return
+                return self._fail("stale", f"oldest version {oldest} < {self.control.version} - {self.control.max_staleness}")
             version = self.control.version
             request = GenerationRequest(
                 request_id=f"{self.spec.episode_id}/t{self.turn}/r{resumes}",
@@ -192,14 +190,12 @@ class EnvManager:
                 result = await self.client.generate(request)
             except Exception as e:  # typed below; the scheduler counts and refills
                 kind = "worker_died" if type(e).__name__ in _ACTOR_DIED else "inference_error"
-                self.failure, self.failure_detail, self.done = kind, f"{type(e).__name__}: {e}", True
-                return
+                return self._fail(kind, f"{type(e).__name__}: {e}")
             finally:
                 self.control.request_finished(request.request_id)
                 self.gen_time += time.monotonic() - t0
             if len(result.logprobs) != len(result.output_ids):
-                self.failure, self.failure_detail, self.done = "inference_error", "logprobs and output_ids differ in length", True
-                return
+                return self._fail("inference_error", "logprobs and output_ids differ in length")
             out += list(result.output_ids)
             lps += [float(x) for x in result.logprobs]
             vers += [version] * len(result.output_ids)
@@ -208,13 +204,11 @@ class EnvManager:
                 break
             # aborted by a weight update: keep the partial tokens, resume under the new weights
             if self.control.on_weight_update == "discard":
-                self.failure, self.failure_detail, self.done = "discarded", "weight update in discard mode", True
-                return
+                return self._fail("discarded", "weight update in discard mode")
             resumes += 1
             self.partial_resumes += 1
             if resumes > _MAX_RESUMES_PER_TURN:
-                self.failure, self.failure_detail, self.done = "inference_error", "turn aborted too many times", True
-                return
+                return self._fail("inference_error", "turn aborted too many times")
         self.last_output = out
         close = self.renderer.close_assistant(out)
         self.turn_versions.append(min(vers, default=self.control.version))
@@ -368,7 +362,11 @@ class EnvManager:
                 f"observation from {method}(): observations must be text (str), got {str(obs)[:80]!r}",
                 permanent=True)
 
-    def _fail(self, f: EpisodeFailure) -> None:
+    def _fail(self, f: EpisodeFailure | str, detail: str = "") -> None:
+        """End the episode as failed: every early exit goes through here, so the fields a
+        Trajectory reports (and env_broken, which keeps a broken env out of the pool) agree."""
+        if isinstance(f, str):
+            f = EpisodeFailure(f, detail)
         self.failure, self.failure_detail, self.done = f.kind, f.detail, True
         self.failure_traceback, self.failure_permanent = f.traceback, f.permanent
         if f.kind in ("env_error", "env_timeout"):
