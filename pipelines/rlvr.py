@@ -317,6 +317,8 @@ class RLVRPipeline(BasePipeline):
         """Right-padded [B, T] tensors with the fields of ``trajectories_to_batch``: the
         response is turn 0, its reward sits on its last token."""
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        gen = self.cfg.actor_infer.generating_args
+        gen_temperature = gen.temperature if gen.do_sample else 0.0
         B = len(samples)
         T = max(len(s.prompt.ids) + len(s.output_ids) for s in samples)
         input_ids = torch.full((B, T), pad, dtype=torch.long)
@@ -339,7 +341,9 @@ class RLVRPipeline(BasePipeline):
                      "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
                      "response_mask": response_mask, "infer_logprobs": infer_logprobs,
                      "token_rewards": token_rewards, "turn_ids": turn_ids,
-                     "scores": torch.tensor([s.reward.score for s in samples], dtype=torch.float32)},
+                     "scores": torch.tensor([s.reward.score for s in samples], dtype=torch.float32),
+                     # training samples are all drawn at the configured temperature (greedy validation is not trained on)
+                     "temperature": torch.full((B,), gen_temperature, dtype=torch.float32)},
             non_tensors={"group_id": [s.group_id for s in samples], "env_tag": tags, "tag": list(tags),
                          "success": [bool(s.reward.success) for s in samples],
                          "truncated": [bool(s.truncated) for s in samples],

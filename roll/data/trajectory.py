@@ -78,6 +78,9 @@ class Trajectory:
     """Step mode: a hash of the observation the turn acted on (equal states share keys)."""
     step_index: int = -1
     """Step mode: turn index of this sample within its episode; -1 in trajectory mode."""
+    temperature: float = 1.0
+    """Sampling temperature the model tokens were generated with (0: greedy); the trainer
+    scores them under logits / temperature (roll/strategies/torch_train.py)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Per-episode measurements (invalid action rate, time in generation/env/waiting, ...)."""
     messages: list[dict[str, str]] = field(default_factory=list)
@@ -109,7 +112,7 @@ def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Bat
     response_mask (1 on model tokens), infer_logprobs, token_rewards (turn reward on the
     last model token of its turn; the last turn also gets final_reward), turn_ids (turn of
     each model token, -1 elsewhere), policy_versions (per token, -1 elsewhere), scores [B]
-    (episode return), min_policy_version [B].
+    (episode return), min_policy_version [B], temperature [B] (sampling temperature).
     non_tensors: group_id, env_tag, env_id, env_seed, success, num_turns, episode_id,
     state_key, step_index, terminated, truncated, turn_versions, turn_rewards.
     """
@@ -169,6 +172,7 @@ def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Bat
             "policy_versions": versions,
             "scores": torch.tensor([t.episode_return for t in trajs], dtype=torch.float32),
             "min_policy_version": torch.tensor([t.min_version for t in trajs], dtype=torch.long),
+            "temperature": torch.tensor([t.temperature for t in trajs], dtype=torch.float32),
         },
         non_tensors=non_tensors,
     )

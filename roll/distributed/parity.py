@@ -12,8 +12,9 @@ the policy the trainer optimises.
 * :func:`main` is ``roll check parity CONFIG``: build the config's ``actor_train`` and
   ``actor_infer`` backends in this process, push the trainer's weights to the inference
   backend through ``update_weights`` (the sync path itself is part of what is checked),
-  sample at temperature 1 without truncation (the only setting where both sides describe the
-  same distribution), recompute with the trainer and print the report. Exit code 1 when the
+  sample at the config's temperature without truncation (top-k/top-p truncation is a known
+  difference: the trainer scores the untruncated distribution), recompute with the trainer
+  (which divides the logits by each row's ``temperature``) and print the report. Exit code 1 when the
   mean absolute difference exceeds the dtype's tolerance (``TOLERANCE``).
 """
 from __future__ import annotations
@@ -70,9 +71,11 @@ def parity_metrics(infer_logprobs: torch.Tensor, train_logprobs: torch.Tensor, m
     }
 
 
-def results_to_batch(prompts: Sequence[Sequence[int]], results: Sequence[GenerationResult], pad_id: int = 0) -> Batch:
+def results_to_batch(prompts: Sequence[Sequence[int]], results: Sequence[GenerationResult], pad_id: int = 0,
+                     temperature: float = 1.0) -> Batch:
     """Right-padded ``input_ids``/``attention_mask``, ``response_mask`` on generated tokens and
-    ``infer_logprobs`` at the positions of those tokens ([B, T] each)."""
+    ``infer_logprobs`` at the positions of those tokens ([B, T] each); ``temperature`` [B], the
+    one the results were sampled at."""
     seqs = [list(p) + list(r.output_ids) for p, r in zip(prompts, results)]
     width = max(len(s) for s in seqs)
     b = len(seqs)
@@ -87,7 +90,8 @@ def results_to_batch(prompts: Sequence[Sequence[int]], results: Sequence[Generat
         attn[i, : len(s)] = 1
         resp[i, len(p): len(s)] = 1
         lps[i, len(p): len(s)] = torch.tensor(r.logprobs, dtype=torch.float32)
-    return Batch(tensors={"input_ids": ids, "attention_mask": attn, "response_mask": resp, "infer_logprobs": lps})
+    return Batch(tensors={"input_ids": ids, "attention_mask": attn, "response_mask": resp, "infer_logprobs": lps,
+                          "temperature": torch.full((b,), float(temperature))})
 
 
 # ---- `roll check parity CONFIG` --------------------------------------------------------------------
@@ -128,9 +132,10 @@ def build_strategies(cfg: Any, device: str | None = None):
     return train, infer, infer_path
 
 
-async def _generate(infer, prompts: list[list[int]], max_new_tokens: int) -> list[GenerationResult]:
+async def _generate(infer, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0) -> list[GenerationResult]:
     await infer.start()
-    reqs = [GenerationRequest(f"parity-{i}", p, max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, top_k=-1, seed=i)
+    reqs = [GenerationRequest(f"parity-{i}", p, max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0, top_k=-1,
+                              seed=i)
             for i, p in enumerate(prompts)]
     return list(await asyncio.gather(*(infer.generate(r) for r in reqs)))
 
@@ -149,18 +154,19 @@ def sync_weights(train, infer, version: int = 1, bucket_size_mb: int = 256) -> i
     return sent
 
 
-def compare_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32) -> dict[str, float]:
-    """Sample with ``infer`` (temperature 1, no truncation), recompute with ``train``, compare."""
-    results = asyncio.run(_generate(infer, prompts, max_new_tokens))
-    batch = results_to_batch(prompts, results)
+def compare_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32, temperature: float = 1.0) -> dict[str, float]:
+    """Sample with ``infer`` (at ``temperature``, no truncation), recompute with ``train``, compare."""
+    results = asyncio.run(_generate(infer, prompts, max_new_tokens, temperature))
+    batch = results_to_batch(prompts, results, temperature=temperature)
     train_lp = train.logprobs(batch)
     return logprob_parity(batch["infer_logprobs"], train_lp, batch["response_mask"])
 
 
-def check_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32, bucket_size_mb: int = 256) -> dict[str, float]:
+def check_pair(train, infer, prompts: list[list[int]], max_new_tokens: int = 32, bucket_size_mb: int = 256,
+               temperature: float = 1.0) -> dict[str, float]:
     """Sync trainer -> inference, sample, recompute, compare. Returns :func:`logprob_parity`."""
     sync_weights(train, infer, version=1, bucket_size_mb=bucket_size_mb)
-    return compare_pair(train, infer, prompts, max_new_tokens)
+    return compare_pair(train, infer, prompts, max_new_tokens, temperature)
 
 
 def main(cfg: Any, num_prompts: int = 8, max_new_tokens: int = 32) -> int:
@@ -174,7 +180,10 @@ def main(cfg: Any, num_prompts: int = 8, max_new_tokens: int = 32) -> int:
     try:
         vocab = int(getattr(getattr(train, "hf_model", None), "config", None).vocab_size)
         prompts = _prompt_ids(infer_path, vocab, num_prompts)
-        report = check_pair(train, infer, prompts, max_new_tokens, cfg.model_update_buffer_size_mb)
+        gen = cfg.actor_infer.generating_args
+        # greedy configs are checked at 1: a greedy row's reported logprob is the temperature-1 one
+        temperature = gen.temperature if gen.do_sample and gen.temperature > 0 else 1.0
+        report = check_pair(train, infer, prompts, max_new_tokens, cfg.model_update_buffer_size_mb, temperature)
     finally:
         for s in (infer, train):
             for name in ("shutdown", "close"):

@@ -283,6 +283,7 @@ class EnvManager:
             failure_permanent=self.failure_permanent, env_tag=self.spec.tag,
             env_id=self.cfg.env_id, group_id=self.spec.group_id, env_seed=self.spec.env_seed,
             episode_id=self.spec.episode_id, metrics=metrics, turn_actions=list(self.turn_actions),
+            temperature=self.gen.temperature if self.gen.do_sample else 0.0,
         )
         if self.step_mode and self.failure is None:
             # an unfinished last turn (context limit before the env step) has no reward yet

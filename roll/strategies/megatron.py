@@ -44,7 +44,7 @@ from roll.strategies.megatron_convert import (
     local_to_global,
     megatron_full_to_hf,
 )
-from roll.strategies.torch_train import position_ids_for
+from roll.strategies.torch_train import position_ids_for, sampling_temperatures
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -223,7 +223,14 @@ class MegatronStrategy:
             mb = next(data_iterator)
             ids = mb["input_ids"].cuda()
             labels = F.pad(ids[:, 1:], (0, 1))  # position t predicts t+1 (last position: dummy, dropped)
-            ce = model(input_ids=ids, position_ids=position_ids_for(mb).cuda(), attention_mask=None, labels=labels)
+            temp = sampling_temperatures(mb)
+            if temp is None:
+                ce = model(input_ids=ids, position_ids=position_ids_for(mb).cuda(), attention_mask=None, labels=labels)
+            else:  # score the sampling distribution: vocab-parallel CE of logits / temperature
+                from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+                logits = model(input_ids=ids, position_ids=position_ids_for(mb).cuda(), attention_mask=None)
+                ce = vocab_parallel_cross_entropy(logits.float() / temp.cuda()[:, None, None], labels)
             logprobs = F.pad(-ce[:, :-1].float(), (1, 0))  # [b, T], column 0 is 0 like torch_train
 
             def loss_func(_out):

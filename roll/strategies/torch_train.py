@@ -17,6 +17,10 @@ Contracts other parts rely on:
   response at the end of a prompt of similar length, so this skips most of the [B, T, V]
   logits (bench/train_step.py: 1.5x on the tiny model). ``position_ids`` are taken from the
   batch or derived from ``attention_mask`` (cumsum - 1), so left and right padding both work.
+  A batch with ``temperature`` [B] (the sampling temperature of each row, from
+  ``trajectories_to_batch``) is scored under ``logits / temperature``, the distribution the
+  rows were sampled from; greedy rows (0) at 1. Training, old and reference logprobs and the
+  entropy all go through this, so train/infer parity holds at any temperature.
 - ``values(batch) -> [B, T]`` (critic): value of the prefix ending at token t.
 - ``train_step(batch, loss_fn)``: ``batch`` is this rank's share of ONE mini-batch (one
   optimizer step). It is split into micro-batches of ``per_device_train_batch_size``; each
@@ -71,17 +75,33 @@ def position_ids_for(batch: Batch) -> torch.Tensor:
     return (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """logits [B, T, V] (position t predicts t+1), input_ids [B, T] -> [B, T], column 0 is 0."""
-    logits = logits[:, :-1].float()
+def sampling_temperatures(batch: Batch) -> torch.Tensor | None:
+    """[B] temperature each row was sampled with (``batch["temperature"]``), or None when the
+    batch has none or every row is at 1. A greedy row (0) is scored at 1, as hf_infer reports it."""
+    if "temperature" not in batch.tensors:
+        return None
+    t = batch["temperature"].float()
+    t = torch.where(t > 0, t, torch.ones_like(t))
+    return None if bool((t == 1).all()) else t
+
+
+def _tempered(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
+    logits = logits.float()
+    return logits if temperature is None else logits / temperature.to(logits.device)[:, None, None]
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
+    """logits [B, T, V] (position t predicts t+1), input_ids [B, T] -> [B, T], column 0 is 0.
+    ``temperature`` [B]: score each row under logits / temperature (the sampling distribution)."""
+    logits = _tempered(logits[:, :-1], temperature)
     target = input_ids[:, 1:]
     lp = logits.gather(-1, target[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return F.pad(lp, (1, 0))
 
 
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+def token_entropy(logits: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
     """Entropy of the distribution that predicted each token, aligned like token_logprobs."""
-    logp = logits[:, :-1].float().log_softmax(-1)
+    logp = _tempered(logits[:, :-1], temperature).log_softmax(-1)
     return F.pad(-(logp.exp() * logp).sum(-1), (1, 0))
 
 
@@ -125,8 +145,9 @@ def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool 
                 position_ids=position_ids_for(batch), use_cache=False, **kwargs)
     if critic:
         return None, {"values": out.logits[..., 0].float()}
-    extra = {"entropy": F.pad(token_entropy(out.logits), (start, 0))} if entropy else {}
-    return F.pad(token_logprobs(out.logits, ids[:, start:]), (start, 0)), extra
+    temp = sampling_temperatures(batch)
+    extra = {"entropy": F.pad(token_entropy(out.logits, temp), (start, 0))} if entropy else {}
+    return F.pad(token_logprobs(out.logits, ids[:, start:], temp), (start, 0)), extra
 
 
 def max_micro_batches(n_local: int, size: int, device: Any) -> int:
