@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -179,29 +179,29 @@ def write_docs(res: dict, quick: bool) -> None:
     lines = [
         SECTION,
         "",
-        f"`{cmd}` ({res['runs']} runs per measure, {res['elapsed_s']} s; {platform.machine()}, "
+        (f"`{cmd}` ({res['runs']} runs per measure, {res['elapsed_s']} s; {platform.machine()}, "
         f"{os.cpu_count()} CPU cores shared with other work, 1-minute load average {res['load_avg_1min']} at the start, Python {platform.python_version()} driver, "
         f"isolation mode `{res['isolation']}`, resource control `{res['resource_control']}`, init `{res['init']}`, seccomp filter on). The program reads a line and prints it; the baseline "
         f"is plain `subprocess.run` of the same system Python on the same script, measured in "
-        f"alternation with the sandbox in the same run.",
+        f"alternation with the sandbox in the same run."),
         "",
         "| measure | plain subprocess | sandbox | ratio |",
         "|---|---|---|---|",
-        f"| median wall time per run | {res['plain_ms']} ms | {res['sandbox_ms']} ms | "
-        f"overhead **{res['overhead_ms']} ms** per run (target < 50 ms: {'met' if res['overhead_target_met'] else 'NOT met'}) |",
+        (f"| median wall time per run | {res['plain_ms']} ms | {res['sandbox_ms']} ms | "
+         f"overhead **{res['overhead_ms']} ms** per run (target < 50 ms: {'met' if res['overhead_target_met'] else 'NOT met'}) |"),
         f"| 10th percentile wall time per run | {res['plain_p10_ms']} ms | {res['sandbox_p10_ms']} ms | overhead {res['overhead_p10_ms']} ms |",
         f"| CPU time per run (parent + children) | {res['plain_cpu_ms']} ms | {res['sandbox_cpu_ms']} ms | overhead {res['overhead_cpu_ms']} ms |",
         f"| executions/s, concurrency 1 | {res['plain_exec_per_s_c1']} | {res['sandbox_exec_per_s_c1']} | {res['sandbox_vs_plain_c1']}x |",
         f"| executions/s, concurrency 2 | {res['plain_exec_per_s_c2']} | {res['sandbox_exec_per_s_c2']} | {res['sandbox_vs_plain_c2']}x |",
         f"| code_sandbox reward, 4 stdin/stdout cases (4 executions, 2 at a time) | | {res['reward_4case_ms']} ms | |",
         "",
-        "The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts and loading the "
-        "seccomp filter, then the sandbox's init (`c`: roll/sandbox/init.c, compiled at first use, "
-        "a static binary that starts in well under a millisecond; `python`, the fallback where no C "
-        "compiler is available: roll/sandbox/init.py, a second start of the system Python, about 10 ms "
-        "more CPU per run; `python bench/sandbox.py --quick --init python` measures it), all before the "
-        "program. On a loaded machine every exec and namespace setup slows down with the load, so the "
-        "overhead measured here is an upper bound of the idle-machine figure.",
+        ("The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts and loading the "
+         "seccomp filter, then the sandbox's init (`c`: roll/sandbox/init.c, compiled at first use into a "
+         "small static binary; `python`, the fallback where no C compiler is available: "
+         "roll/sandbox/init.py, a second start of the system Python, about 15 ms more CPU per run, "
+         "measured by `python bench/sandbox.py --quick --init python`), all before the program. On a "
+         "loaded machine every exec and namespace setup slows down with the load, so the overhead "
+         "measured here is an upper bound of the idle-machine figure."),
         "",
     ]
     write_section("\n".join(lines), quick=quick)

@@ -1,6 +1,8 @@
 """The sandbox's init: PID 1 of every run's PID namespace, started by bwrap with the sandbox's
 interpreter (``python3 -I -S -c <this file> CONFIG COMMAND...``; it imports only the standard
-library, and runs inside the sandbox, so it never imports roll).
+library, and runs inside the sandbox, so it never imports roll). roll/sandbox/init.c implements
+the same contract compiled, and is the default; this one runs where no C compiler is available
+(roll/sandbox/init_build.py chooses). A change to one is a change to both.
 
 Before the program exists, the init
 

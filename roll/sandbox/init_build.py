@@ -6,7 +6,8 @@ is the default because a Python start for the init costs more CPU than the rest 
 sandbox's start together; the Python one is the fallback where no compiler is available.
 
 The binary is built once per user and source: ``<cache>/init-<arch>-<hash of source and flags>``
-under ``$XDG_CACHE_HOME/roll/sandbox-init`` (``~/.cache/...``), written to a temporary name and
+under ``$XDG_CACHE_HOME/roll/sandbox-init`` (``~/.cache/...``; ``$TMPDIR/roll-sandbox-init-<uid>``
+where the home directory is not writable), written to a temporary name and
 renamed into place, so processes that build at once never see a partial file. The cache
 directory and the binary must belong to this user and be writable by nobody else: in root
 mode the init runs as root before it drops privileges, so a binary someone else could replace
@@ -106,13 +107,25 @@ def _trusted_dir(cache_dir: str) -> str:
     return cache_dir
 
 
+def _default_trusted_dir() -> str:
+    """The per-user cache, or a directory of this user's own under the temp dir where the home
+    directory is not writable (read-only homes in containers)."""
+    try:
+        return _trusted_dir(default_cache_dir())
+    except InitBuildError as home_error:
+        try:
+            return _trusted_dir(os.path.join(tempfile.gettempdir(), f"roll-sandbox-init-{os.geteuid()}"))
+        except InitBuildError as tmp_error:
+            raise InitBuildError(f"{home_error}; {tmp_error}") from tmp_error
+
+
 def build_c_init(cache_dir: str | None = None, compiler: str | None = None, source: str = SOURCE) -> str:
     """Path of the compiled init for ``source``, built into ``cache_dir`` if not there yet."""
     with open(source, "rb") as f:
         code = f.read()
     machine = platform.machine().lower() or "unknown"
     key = hashlib.sha256(code + repr(FLAG_SETS).encode() + machine.encode()).hexdigest()[:20]
-    cache_dir = _trusted_dir(cache_dir or default_cache_dir())
+    cache_dir = _trusted_dir(cache_dir) if cache_dir else _default_trusted_dir()
     target = os.path.join(cache_dir, f"init-{machine}-{key}")
     if os.path.exists(target):
         _check_owned(target, os.stat(target))
@@ -188,7 +201,7 @@ def resolve_init(choice: str, cache_dir: str | None = None, compiler: str | None
         except InitBuildError as e:
             if choice == "c":
                 raise
-            logger.warning("sandbox: using the Python init (about 10 ms more CPU per run): %s", e)
+            logger.warning("sandbox: using the Python init (about 15 ms more CPU per run): %s", e)
             init = SandboxInit("python")
         _RESOLVED[key] = init
         return init

@@ -122,6 +122,7 @@ def test_unsafe_fallback_runs_and_warns_every_time():
         for _ in range(2):
             r = sb.run_python("import os, sys\nprint(sys.stdin.read(), os.getuid())\n", stdin="hi")
             assert r.ok and r.isolation == "unsafe" and r.stdout.split()[0] == "hi"
+            assert r.init == ""  # no namespace, no init of ours
             if os.geteuid() == 0:
                 assert int(r.stdout.split()[1]) != 0  # still dropped to a leased uid
     finally:

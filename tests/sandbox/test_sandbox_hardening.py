@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import threading
 import time
 

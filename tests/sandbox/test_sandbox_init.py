@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from sandbox_helpers import ROOMY
@@ -47,7 +48,8 @@ def test_the_build_is_cached_by_source_hash(built):
 @needs_compiler
 def test_another_source_is_another_binary(built, tmp_path):
     source = tmp_path / "init.c"
-    source.write_text(open(SOURCE).read() + "\n/* changed */\n")
+    with open(SOURCE) as f:
+        source.write_text(f.read() + "\n/* changed */\n")
     other = build_c_init(os.path.dirname(built), source=str(source))
     assert other != built and os.path.dirname(other) == os.path.dirname(built)
     os.unlink(other)
@@ -71,13 +73,13 @@ def test_concurrent_builds_leave_one_whole_binary(tmp_path):
 @needs_compiler
 def test_the_compiled_init_refuses_outside_a_pid_namespace_and_bad_settings(built):
     # outside a namespace, kill(-1) would reach every process of the caller's uid
-    r = subprocess.run([built, "3;1;1;RLIMIT_CPU=1", "/bin/true"], capture_output=True, timeout=30)
+    r = subprocess.run([built, "3;1;1;RLIMIT_CPU=1", "/bin/true"], capture_output=True, timeout=30, check=False)
     assert r.returncode == 126 and b"refusing" in r.stderr
     # as PID 1 (a namespace of its own), malformed settings are refused before anything runs
     for settings in ("3;1;1", "3;x;1;RLIMIT_CPU=1", "3;1;1;RLIMIT_BOGUS=1", "1;1;1;RLIMIT_CPU=1"):
         r = subprocess.run(["bwrap", "--unshare-user", "--unshare-pid", "--as-pid-1", "--ro-bind", "/", "/",
                             "--proc", "/proc", built, settings, "/bin/echo", "ran"],
-                           capture_output=True, timeout=30, cwd="/")
+                           capture_output=True, timeout=30, cwd="/", check=False)
         assert r.returncode == 126 and b"ran" not in r.stdout, (settings, r)
 
 
@@ -95,6 +97,18 @@ def test_an_untrusted_cache_is_refused(built, tmp_path):
             build_c_init(cache)
     finally:
         os.chmod(built, 0o755)
+
+
+@needs_compiler
+def test_a_home_without_a_writable_cache_uses_a_private_temp_dir(tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.mkdir(tmp_path / "tmp")
+    path = build_c_init()
+    assert os.path.dirname(path) == str(tmp_path / "tmp" / f"roll-sandbox-init-{os.geteuid()}")
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
 
 
 def test_a_failed_build_says_why_and_leaves_nothing(tmp_path):
