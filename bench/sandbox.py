@@ -198,7 +198,7 @@ def write_docs(res: dict, quick: bool) -> None:
         ("The sandbox's cost is `setpriv`, bwrap setting up the namespaces and mounts and loading the "
          "seccomp filter, then the sandbox's init (`c`: roll/sandbox/init.c, compiled at first use into a "
          "small static binary; `python`, the fallback where no C compiler is available: "
-         "roll/sandbox/init.py, a second start of the system Python, about 15 ms more CPU per run, "
+         "roll/sandbox/init.py, a second start of the system Python, about 12 ms more CPU per run, "
          "measured by `python bench/sandbox.py --quick --init python`), all before the program. On a "
          "loaded machine every exec and namespace setup slows down with the load, so the overhead "
          "measured here is an upper bound of the idle-machine figure."),

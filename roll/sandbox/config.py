@@ -42,7 +42,7 @@ class SandboxConfig:
     init: InitChoice = "auto"
     """The namespace's init: `c` (roll/sandbox/init.c, compiled at first use with the system C
     compiler and cached per user; an error where it cannot be built), `python`
-    (roll/sandbox/init.py, run by `python`: about 15 ms more CPU per run), or `auto` (c, else
+    (roll/sandbox/init.py, run by `python`: about 12 ms more CPU per run), or `auto` (c, else
     python with one logged warning; the ROLL_SANDBOX_INIT environment variable, c or python,
     overrides auto). Every result says which ran (`init`)."""
     isolation: IsolationMode = "auto"

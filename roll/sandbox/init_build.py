@@ -201,7 +201,7 @@ def resolve_init(choice: str, cache_dir: str | None = None, compiler: str | None
         except InitBuildError as e:
             if choice == "c":
                 raise
-            logger.warning("sandbox: using the Python init (about 15 ms more CPU per run): %s", e)
+            logger.warning("sandbox: using the Python init (about 12 ms more CPU per run): %s", e)
             init = SandboxInit("python")
         _RESOLVED[key] = init
         return init
