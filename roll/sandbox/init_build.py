@@ -182,6 +182,7 @@ def load_c_init(path: str) -> SandboxInit:
 
 _LOCK = threading.Lock()
 _RESOLVED: dict[tuple, SandboxInit] = {}
+_FAILED: dict[tuple, InitBuildError] = {}
 
 
 def resolve_init(choice: str, cache_dir: str | None = None, compiler: str | None = None) -> SandboxInit:
@@ -196,10 +197,13 @@ def resolve_init(choice: str, cache_dir: str | None = None, compiler: str | None
     with _LOCK:
         if key in _RESOLVED:
             return _RESOLVED[key]
+        if key in _FAILED:  # not rebuilt at every run
+            raise _FAILED[key]
         try:
             init = load_c_init(build_c_init(cache_dir, compiler))
         except InitBuildError as e:
             if choice == "c":
+                _FAILED[key] = e
                 raise
             logger.warning("sandbox: using the Python init (about 12 ms more CPU per run): %s", e)
             init = SandboxInit("python")

@@ -141,8 +141,12 @@ def test_without_a_compiler_auto_falls_back_to_the_python_init_with_one_warning(
     results = [sandbox.run_python("print(6 * 7)") for _ in range(2)]
     assert all(r.ok and r.stdout == "42\n" and r.init == "python" for r in results), results
     assert len(warnings) == 1 and "no C compiler" in warnings[0], warnings
-    with pytest.raises(SandboxUnavailable, match="no C compiler"):
-        Sandbox(ROOMY.replace(bwrap="/usr/bin/bwrap", init="c")).run_python("print(1)")
+    strict = Sandbox(ROOMY.replace(bwrap="/usr/bin/bwrap", init="c"))
+    for _ in range(2):
+        with pytest.raises(SandboxUnavailable, match="no C compiler"):
+            strict.run_python("print(1)")
+    assert not (tmp_path / "cache" / "roll" / "sandbox-init").exists() or not any(
+        n.startswith(".build-") for n in os.listdir(tmp_path / "cache" / "roll" / "sandbox-init"))
 
 
 def test_the_choice_is_validated(monkeypatch):
@@ -177,3 +181,32 @@ def test_the_init_inside_the_sandbox_cannot_be_changed_or_read(monkeypatch):
     assert r.ok and r.init == "c", r
     out = json.loads(r.stdout)
     assert "done" not in out.values(), out
+
+
+@pytest.mark.parametrize("kind", ["c", "python"])
+def test_each_init_enforces_its_backstop_deadline_and_reports_it(kind, built, monkeypatch):
+    """The parent's deadline normally comes first; the init's own (timeout_s + 5 s) holds when
+    the parent is gone. Run as PID 1 directly, with a 0.3 s backstop."""
+    monkeypatch.delenv(ENV_CHOICE, raising=False)
+    from roll.sandbox.isolation import init_args
+
+    r_fd, w_fd = os.pipe()
+    try:
+        argv = init_args(ROOMY, w_fd, -4.7, kind)  # backstop: timeout_s + 5 s = 0.3 s
+        if kind == "c":
+            argv[0] = built
+        proc = subprocess.run(["bwrap", "--unshare-user", "--unshare-pid", "--as-pid-1", "--ro-bind", "/", "/",
+                               "--proc", "/proc", *argv, "/bin/sh", "-c", "sleep 20 & sleep 20"],
+                              capture_output=True, timeout=15, cwd="/", pass_fds=(w_fd,), check=False)
+        os.close(w_fd)
+        w_fd = -1
+        with os.fdopen(r_fd, "rb") as f:
+            r_fd = -1
+            report = json.loads(f.read())
+    finally:
+        for fd in (r_fd, w_fd):
+            if fd >= 0:
+                os.close(fd)
+    assert proc.returncode == 137, proc
+    assert report["limit"] == "timeout" and os.WIFSIGNALED(report["status"]), report
+    assert os.WTERMSIG(report["status"]) == 9 and isinstance(report["cpu_s"], float), report
