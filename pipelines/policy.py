@@ -33,7 +33,8 @@ from roll.config.schema import PipelineConfig
 from roll.data.batch import Batch
 from roll.distributed.cluster import WorkerError
 from roll.distributed.model_update import ModelUpdateGroup
-from roll.distributed.resource_pool import parse_device_mapping
+from roll.distributed.resource_pool import make_plan
+from roll.config.validate import ConfigError
 from roll.utils.logging import get_logger
 from roll.workers.actor import ActorWorker
 from roll.workers.critic import CriticWorker
@@ -43,22 +44,19 @@ from roll.workers.reference import ReferenceWorker
 logger = get_logger(__name__)
 
 
-def dp_size(role: Any) -> int:
-    """Data-parallel ranks of a role (workers of its device mapping, or its CPU world size)."""
-    if role.device_mapping is not None:
-        return max(1, len(parse_device_mapping(role.device_mapping)) // max(1, role.num_gpus_per_worker))
-    return int(role.world_size or 1)
-
-
-def optimizer_steps_per_step(cfg: PipelineConfig) -> dict[str, int]:
-    """Optimizer steps each training role takes per pipeline step (for LR schedules)."""
+def optimizer_steps_per_step(cfg: PipelineConfig, plan: Any = None) -> dict[str, int]:
+    """Optimizer steps each training role takes per pipeline step (for LR schedules), with
+    the plan's data-parallel size (world / (tp x pp); roll/distributed/resource_pool.py)."""
+    plan = plan if plan is not None else make_plan(cfg)
     out = {}
-    for name, role in (("actor", cfg.actor_train), ("critic", cfg.critic)):
+    for name, key, role in (("actor", "actor_train", cfg.actor_train), ("critic", "critic", cfg.critic)):
         if role is None:
             out[name] = 0
             continue
+        if key not in plan.roles:
+            raise ConfigError(plan.errors or [f"{key} is not in the placement plan"])
         ta = role.training_args
-        per_step = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * dp_size(role)
+        per_step = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * plan.roles[key].dp_size
         out[name] = max(1, -(-cfg.rollout_batch_size // per_step)) * cfg.algorithm.ppo_epochs
     return out
 
@@ -213,7 +211,7 @@ class PolicyTrainer:
     def _train(self, cluster: Any, role: Any, batch: Batch, loss_fn: Any, **kwargs: Any) -> dict[str, float]:
         # Step-mode and short batches need not divide evenly: pad with loss-masked copies so
         # every data-parallel rank gets the same number of micro-batches.
-        padded, _ = batch.pad_rows_to_multiple(cluster.world_size * role.training_args.per_device_train_batch_size)
+        padded, _ = batch.pad_rows_to_multiple(cluster.dp_size * role.training_args.per_device_train_batch_size)
         return mean_metrics(cluster.call("train", padded, loss_fn, self.cfg.algorithm.ppo_epochs, mode="dp", **kwargs))
 
     # ---- checkpoint ----------------------------------------------------------------------------

@@ -38,3 +38,23 @@ def test_decaying_lr_in_step_mode_needs_num_training_steps():
     assert "step mode: one sample per turn" in rows["actor_train: optimizer steps per pipeline step"]
     trajectory = ["train_env_manager.mode=trajectory", "val_env_manager.mode=trajectory"]
     assert make_plan(load_config(base, cosine + trajectory)).errors == []
+
+
+@pytest.mark.parametrize("mapping, tp, dp", [("0-3", 2, 2), ("0-3", 1, 4), (None, 2, 2)])
+def test_one_dp_size_for_plan_and_lr_schedule(mapping, tp, dp):
+    """The LR schedule length uses the plan's dp (world / (tp x pp)), not the worker count."""
+    from roll.config.schema import PipelineConfig
+    from roll.pipelines.policy import optimizer_steps_per_step
+
+    cfg = PipelineConfig()
+    role = cfg.actor_train
+    role.strategy_args.strategy_name = "megatron"
+    role.strategy_args.strategy_config = {"tensor_model_parallel_size": tp}
+    role.device_mapping, role.world_size = mapping, (4 if mapping is None else None)
+    plan = make_plan(cfg)
+    placement = plan.roles["actor_train"]
+    assert (placement.num_workers, placement.tp, placement.dp_size) == (4, tp, dp)
+    ta = role.training_args
+    per_step = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * dp
+    want = max(1, -(-cfg.rollout_batch_size // per_step)) * cfg.algorithm.ppo_epochs
+    assert optimizer_steps_per_step(cfg)["actor"] == want

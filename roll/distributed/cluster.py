@@ -17,7 +17,12 @@ Calls: ``cluster.call(method, *args, mode=...)`` blocks, ``call_async`` returns 
 
 - ``all``: same arguments to every rank, list of results;
 - ``dp``: every :class:`Batch` argument is split into near-equal contiguous parts, one per
-  rank; results are gathered (Batch -> ``Batch.concat``, tensors -> ``torch.cat``, else a list);
+  data-parallel rank; every worker of one tensor/pipeline parallel group gets its group's
+  rows (Megatron's rank order: rank = tp_rank + tp x (dp_rank + dp x pp_rank)); results are
+  gathered from one worker per dp group (tp rank 0 of the last pipeline stage, which holds
+  the loss metrics) in dp order (Batch -> ``Batch.concat``, tensors -> ``torch.cat``, else a
+  list). The layout (``tp``, ``pp``, ``dp_size``) is the plan's
+  (:func:`roll.distributed.resource_pool.worker_layout`);
 - ``rank0``: rank 0 only, its result.
 
 Faults: actors get ``max_restarts`` (Ray restarts a dead actor; ``max_task_retries=0``, so a
@@ -74,6 +79,16 @@ def split_batch(batch: Batch, n: int) -> list[Batch]:
     return [batch.select(idx) for idx in np.array_split(np.arange(len(batch)), n)]
 
 
+def dp_rank_of(rank: int, tp: int, dp: int) -> int:
+    """Data-parallel rank of a worker rank in Megatron's order (tp fastest, then dp, then pp)."""
+    return (rank // tp) % dp
+
+
+def dp_leaders(tp: int, pp: int, dp: int) -> list[int]:
+    """One worker per dp group, in dp order: tp rank 0 of the last pipeline stage."""
+    return [(pp - 1) * dp * tp + d * tp for d in range(dp)]
+
+
 def gather(results: list[Any]) -> Any:
     if results and all(isinstance(r, Batch) for r in results):
         return Batch.concat(results)
@@ -85,9 +100,11 @@ def gather(results: list[Any]) -> Any:
 class ClusterFuture:
     """Pending results of one cluster call; ``get`` raises WorkerError naming role and rank."""
 
-    def __init__(self, cluster: Cluster, method: str, refs: list[Any], ranks: list[int], mode: str, timeout_s: float):
+    def __init__(self, cluster: Cluster, method: str, refs: list[Any], ranks: list[int], mode: str, timeout_s: float,
+                 gather_ranks: list[int] | None = None):
         self.cluster, self.method, self.refs, self.ranks, self.mode = cluster, method, refs, ranks, mode
         self.timeout_s = timeout_s
+        self.gather_ranks = ranks if gather_ranks is None else gather_ranks
 
     def get(self, timeout: float | None = None) -> Any:
         import ray
@@ -118,7 +135,7 @@ class ClusterFuture:
         if self.mode == "rank0":
             return ordered[0]
         if self.mode == "dp":
-            return gather(ordered)
+            return gather([results[r] for r in self.gather_ranks])
         return ordered
 
     def _fetch(self, ref: Any, rank: int) -> Any:
@@ -176,6 +193,13 @@ class Cluster:
         else:
             self.slots = None
         self.world_size = len(self.slots) if self.slots is not None else int(worker_config.world_size or 1)
+        placement = resource_pool.plan.roles.get(role_name) if resource_pool is not None else None
+        if placement is not None:
+            self.tp, self.pp, self.dp_size = placement.tp, placement.pp, placement.dp_size
+        else:
+            from roll.distributed.resource_pool import worker_layout
+
+            self.tp, self.pp, self.dp_size = worker_layout(worker_config, self.world_size)
         restarts = self.max_restarts
         remote_cls = ray.remote(worker_cls)
         self.workers = []
@@ -318,12 +342,13 @@ class Cluster:
 
     # ---- calls -----------------------------------------------------------------------------
     def _submit(self, method: str, ranks: list[int], args: tuple, kwargs: dict, per_rank_args: list[tuple] | None = None,
-                mode: str = "all", timeout_s: float | None = None) -> ClusterFuture:
+                mode: str = "all", timeout_s: float | None = None, gather_ranks: list[int] | None = None) -> ClusterFuture:
         refs = []
         for i, rank in enumerate(ranks):
             a = per_rank_args[i] if per_rank_args is not None else args
             refs.append(getattr(self.workers[rank], method).remote(*a, **kwargs))
-        return ClusterFuture(self, method, refs, ranks, mode, self.call_timeout_s if timeout_s is None else timeout_s)
+        return ClusterFuture(self, method, refs, ranks, mode, self.call_timeout_s if timeout_s is None else timeout_s,
+                             gather_ranks)
 
     def call_async(self, method: str, *args: Any, mode: str = "all", timeout_s: float | None = None, **kwargs: Any) -> ClusterFuture:
         if mode not in DISPATCH_MODES:
@@ -335,10 +360,11 @@ class Cluster:
         if mode == "dp":
             per_rank: list[list[Any]] = [[] for _ in ranks]
             for a in args:
-                parts = split_batch(a, self.world_size) if isinstance(a, Batch) else [a] * self.world_size
+                parts = split_batch(a, self.dp_size) if isinstance(a, Batch) else [a] * self.dp_size
                 for r in ranks:
-                    per_rank[r].append(parts[r])
-            return self._submit(method, ranks, args, kwargs, [tuple(p) for p in per_rank], mode=mode, timeout_s=timeout_s)
+                    per_rank[r].append(parts[dp_rank_of(r, self.tp, self.dp_size)])
+            return self._submit(method, ranks, args, kwargs, [tuple(p) for p in per_rank], mode=mode, timeout_s=timeout_s,
+                                gather_ranks=dp_leaders(self.tp, self.pp, self.dp_size))
         return self._submit(method, ranks, args, kwargs, mode=mode, timeout_s=timeout_s)
 
     def call(self, method: str, *args: Any, mode: str = "all", timeout_s: float | None = None, **kwargs: Any) -> Any:

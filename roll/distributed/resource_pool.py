@@ -120,6 +120,10 @@ class RolePlacement:
     strategy: str = ""
     dp_size: int = 1
     colocated_with: list[str] = field(default_factory=list)
+    tp: int = 1
+    pp: int = 1
+    """Workers per tensor / pipeline parallel group (Megatron's rank order: tp fastest, then dp,
+    then pp); 1 x 1 when a worker holds its whole model (DDP, ZeRO, an inference engine)."""
 
     @property
     def on_device_slots(self) -> bool:
@@ -162,6 +166,22 @@ def _tp(strategy_config: dict) -> tuple[int, int]:
     return int(tp or 1), int(pp or 1)
 
 
+def worker_layout(wc: Any, n_workers: int) -> tuple[int, int, int]:
+    """(tp, pp, dp) across a role's workers: a training strategy with one device (or a CPU slot)
+    per worker spreads each tensor x pipeline group over tp x pp workers and has
+    ``n_workers / (tp x pp)`` data-parallel ranks; an inference engine, or a worker holding
+    several devices, keeps its model parallelism inside the worker (1, 1, n_workers). The one
+    place the dp size is computed (the planner, the Cluster's dispatch and the LR schedule
+    length all read it). ValueError when tp x pp does not divide the workers."""
+    tp, pp = _tp(wc.strategy_args.strategy_config)
+    if wc.strategy_args.strategy_name in INFERENCE_STRATEGIES or wc.num_gpus_per_worker > 1 and wc.device_mapping is not None:
+        return 1, 1, n_workers
+    if tp < 1 or pp < 1 or n_workers % (tp * pp):
+        raise ValueError(f"tensor {tp} x pipeline {pp} parallel does not divide the {n_workers} training devices "
+                         "(one per worker)")
+    return tp, pp, n_workers // (tp * pp)
+
+
 def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles: dict[str, tuple[int, float]] | None = None) -> Plan:
     """Place ``roles`` (name -> WorkerConfig) on the pool; every problem goes to ``plan.errors``."""
     errors: list[str] = []
@@ -202,7 +222,8 @@ def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles:
             n = wc.world_size if wc.world_size is not None else 1
             if n < 1:
                 errors.append(f"{name}.world_size: must be >= 1, got {n}")
-            plan.roles[name] = RolePlacement(name, max(n, 0), [], 0, wc.num_cpus_per_worker, strategy, max(n, 1))
+            tp, pp, dp = _layout(name, wc, max(n, 1), errors)
+            plan.roles[name] = RolePlacement(name, max(n, 0), [], 0, wc.num_cpus_per_worker, strategy, dp, tp=tp, pp=pp)
             continue
         g = wc.num_gpus_per_worker
         dups = sorted({r for r in ranks if ranks.count(r) > 1})
@@ -227,18 +248,14 @@ def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles:
             for grp in groups:
                 if len({plan.node_of(s) for s in grp}) > 1:
                     errors.append(f"{name}: worker devices {format_ranks(grp)} span several nodes; one worker's devices must share a node")
-        dp = n_workers
         if strategy in INFERENCE_STRATEGIES:
             if tp * pp > g or g % (tp * pp):
                 errors.append(f"{name}: tensor_parallel_size {tp} x pipeline {pp} does not fit num_gpus_per_worker={g} "
                               f"(each inference worker is one engine holding its devices)")
-        else:
-            world = n_workers * g
-            if world % (tp * pp):
-                errors.append(f"{name}: tensor {tp} x pipeline {pp} parallel does not divide the {world} training devices")
-            else:
-                dp = world // (tp * pp) if g == 1 else n_workers
-        plan.roles[name] = RolePlacement(name, n_workers, groups, g, wc.num_cpus_per_worker, strategy, max(dp, 1))
+        elif g > 1 and (n_workers * g) % (tp * pp):
+            errors.append(f"{name}: tensor {tp} x pipeline {pp} parallel does not divide the {n_workers * g} training devices")
+        wtp, wpp, dp = _layout(name, wc, n_workers, errors)
+        plan.roles[name] = RolePlacement(name, n_workers, groups, g, wc.num_cpus_per_worker, strategy, dp, tp=wtp, pp=wpp)
 
     for name, (n, cpus) in (cpu_roles or {}).items():
         plan.roles[name] = RolePlacement(name, n, [], 0, cpus, "", n)
@@ -252,6 +269,14 @@ def plan_roles(resources: Any, roles: dict[str, Any], pool: PoolInfo, cpu_roles:
         plan.warnings.append(f"the plan reserves {cpu_demand:g} CPUs, {pool.source} has {pool.num_cpus:g}: Ray will wait for "
                              f"resources and the launch fails after its placement timeout")
     return plan
+
+
+def _layout(name: str, wc: Any, n_workers: int, errors: list[str]) -> tuple[int, int, int]:
+    try:
+        return worker_layout(wc, n_workers)
+    except ValueError as e:
+        errors.append(f"{name}: {e}")
+        return 1, 1, max(n_workers, 1)
 
 
 #: the engine option holding the share of each GPU's memory an inference engine reserves, and
@@ -494,7 +519,9 @@ class ResourcePool:
         if placement is None:
             if worker_config is None:
                 raise KeyError(f"role {role!r} is not in the resource pool's plan ({', '.join(self.plan.roles)})")
-            placement = RolePlacement(role, worker_config.world_size or 1, [], 0, worker_config.num_cpus_per_worker)
+            n = worker_config.world_size or 1
+            tp, pp, dp = worker_layout(worker_config, n)
+            placement = RolePlacement(role, n, [], 0, worker_config.num_cpus_per_worker, dp_size=dp, tp=tp, pp=pp)
             self.plan.roles[role] = placement
         if not placement.on_device_slots:
             if role not in self._role_pgs:

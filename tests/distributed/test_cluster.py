@@ -19,11 +19,15 @@ class EchoWorker(Worker):
     """Doubles its share of a batch; naps on request (to exercise timeouts)."""
 
     def double(self, batch: Batch) -> Batch:
+        self.last_rows = batch["x"].tolist()
         return Batch({"x": batch["x"] * 2, "rank": torch.full((len(batch),), self.rank)})
 
     def nap(self, seconds: float) -> int:
         time.sleep(seconds)
         return self.rank
+
+    def rows_seen(self) -> list[int]:
+        return self.last_rows
 
     def whoami(self) -> tuple[int, int]:
         return self.rank, self.world_size
@@ -76,3 +80,29 @@ def test_timeout_names_rank_then_recovers(echo):
     # the busy ranks are restarted (not left sleeping) and the next call is served
     assert echo.call("whoami", mode="rank0") == (0, 2)
     assert echo.restarts == 1
+
+
+def test_dp_dispatch_replicates_rows_inside_a_tensor_parallel_group(ray_cluster):
+    """tp=2 x dp=2 on four CPU workers (Megatron's rank order: tp fastest): both ranks of a TP
+    group get the same rows, the two dp groups split the batch, results come from one rank per
+    dp group. dp_size is the plan's (world / (tp x pp)), not the worker count."""
+    from ray import cloudpickle
+
+    from roll.distributed.cluster import Cluster
+    from roll.distributed.resource_pool import ResourcePool
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cfg = WorkerConfig(world_size=4, num_cpus_per_worker=0.01, call_timeout_s=20)
+    cfg.strategy_args.strategy_name = "megatron"
+    cfg.strategy_args.strategy_config = {"tensor_model_parallel_size": 2}
+    pool = ResourcePool(ResourcesConfig(device="cpu"), {"tp_echo": cfg})
+    cluster = Cluster("tp_echo", EchoWorker, cfg, pool)
+    try:
+        out = cluster.call("double", Batch({"x": torch.arange(6)}), mode="dp")
+        assert cluster.call("rows_seen") == [[0, 1, 2], [0, 1, 2], [3, 4, 5], [3, 4, 5]]
+        assert out["x"].tolist() == [0, 2, 4, 6, 8, 10]  # each row once: one rank per dp group
+        assert out["rank"].tolist() == [0, 0, 0, 2, 2, 2]
+        assert pool.plan.roles["tp_echo"].dp_size == 2 and cluster.dp_size == 2
+    finally:
+        cluster.shutdown()
+        pool.shutdown()
