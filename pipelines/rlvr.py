@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from roll.config.roles import WorkerConfig
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.data.rlvr import DomainSampler, PromptSample, load_prompts
+from roll.data.trajectory import response_trajectory, trajectories_to_batch
 from roll.errors import RunFailedError
 from roll.rollout.failures import REWARD_ERRORS_LOG, ErrorLog, check_step, one_line
 from roll.rollout.router import Router
@@ -73,6 +73,10 @@ class Response:
     text: str
     truncated: bool
     reward: RewardResult
+    policy_version: int = -1
+    """Weight version that generated the response (-1: none, a failed generation)."""
+    index: int = 0
+    """Position of the response in its group (request order)."""
 
     @property
     def tag(self) -> str:
@@ -303,7 +307,7 @@ class RLVRPipeline(BasePipeline):
         except Exception as e:  # noqa: BLE001  (a dead or failing inference worker: this sample fails, counted)
             logger.warning("generation of %s failed: %s", request.request_id, e)
             return Response(prompt, group_id, [], [], "", False,
-                            RewardResult(failed="inference_error", error=f"{type(e).__name__}: {str(e)[:300]}"))
+                            RewardResult(failed="inference_error", error=f"{type(e).__name__}: {str(e)[:300]}"), index=index)
         text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
         sample = {**prompt.sample.fields, "response": text, "prompt_text": prompt.sample.prompt_text}
         if not result.output_ids:
@@ -311,44 +315,26 @@ class RLVRPipeline(BasePipeline):
         else:
             reward = await self.rewards.score(prompt.sample.tag, sample)
         return Response(prompt, group_id, list(result.output_ids), list(result.logprobs), text,
-                        result.finish_reason == "length", reward)
+                        result.finish_reason == "length", reward, result.policy_version, index)
 
     def build_batch(self, samples: list[Response]) -> Batch:
-        """Right-padded [B, T] tensors with the fields of ``trajectories_to_batch``: the
-        response is turn 0, its reward sits on its last token."""
+        """The training batch of ``samples`` through ``trajectories_to_batch``: each response
+        is a one-turn trajectory (its reward on its last token, the version that generated it
+        on every token); ``tag`` and ``prompt_id`` are added for the per-domain metrics and dumps."""
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         gen = self.cfg.actor_infer.generating_args
-        gen_temperature = gen.temperature if gen.do_sample else 0.0
-        B = len(samples)
-        T = max(len(s.prompt.ids) + len(s.output_ids) for s in samples)
-        input_ids = torch.full((B, T), pad, dtype=torch.long)
-        attention_mask = torch.zeros((B, T), dtype=torch.long)
-        response_mask = torch.zeros((B, T), dtype=torch.long)
-        infer_logprobs = torch.zeros((B, T), dtype=torch.float32)
-        token_rewards = torch.zeros((B, T), dtype=torch.float32)
-        turn_ids = torch.full((B, T), -1, dtype=torch.long)
-        for i, s in enumerate(samples):
-            p, n = len(s.prompt.ids), len(s.output_ids)
-            input_ids[i, :p + n] = torch.tensor(s.prompt.ids + s.output_ids, dtype=torch.long)
-            attention_mask[i, :p + n] = 1
-            response_mask[i, p:p + n] = 1
-            infer_logprobs[i, p:p + n] = torch.tensor(s.logprobs, dtype=torch.float32)
-            token_rewards[i, p + n - 1] = float(s.reward.score)
-            turn_ids[i, p:p + n] = 0
-        tags = [s.tag for s in samples]
-        return Batch(
-            tensors={"input_ids": input_ids, "attention_mask": attention_mask,
-                     "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
-                     "response_mask": response_mask, "infer_logprobs": infer_logprobs,
-                     "token_rewards": token_rewards, "turn_ids": turn_ids,
-                     "scores": torch.tensor([s.reward.score for s in samples], dtype=torch.float32),
-                     # training samples are all drawn at the configured temperature (greedy validation is not trained on)
-                     "temperature": torch.full((B,), gen_temperature, dtype=torch.float32)},
-            non_tensors={"group_id": [s.group_id for s in samples], "env_tag": tags, "tag": list(tags),
-                         "success": [bool(s.reward.success) for s in samples],
-                         "truncated": [bool(s.truncated) for s in samples],
-                         "terminated": [not s.truncated for s in samples],
-                         "prompt_id": [s.prompt.sample.id for s in samples]})
+        # training samples are all drawn at the configured temperature (greedy validation is not trained on)
+        temperature = gen.temperature if gen.do_sample else 0.0
+        batch = trajectories_to_batch([
+            response_trajectory(
+                s.prompt.ids, s.output_ids, s.logprobs, reward=s.reward.score, policy_version=s.policy_version,
+                temperature=temperature, group_id=s.group_id, env_tag=s.tag, env_id=self.tag_to_reward.get(s.tag, ""),
+                episode_id=f"{s.group_id}-{s.index}", success=bool(s.reward.success),
+                truncated=bool(s.truncated), terminated=not s.truncated)
+            for s in samples], pad)
+        batch["tag"] = [s.tag for s in samples]
+        batch["prompt_id"] = [s.prompt.sample.id for s in samples]
+        return batch
 
     def _rollout_metrics(self, responses: list[Response], counts: dict[str, Counter], prefix: str = "") -> dict[str, float]:
         """Per-domain reward and rollout metrics (``reward/<tag>/...``, ``rollout/<tag>/...``)."""

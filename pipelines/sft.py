@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from roll.algorithms.sft import make_sft_loss_fn
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.data.chat import ChatTemplateError, tokenize_conversation
+from roll.data.trajectory import masked_trajectory, trajectories_to_batch
 from roll.utils.logging import get_logger
 from roll.viewer.records import log_records, sft_record, write_step
 from roll.workers.actor import ActorWorker
@@ -45,17 +45,10 @@ def read_conversations(paths: list[str], key: str) -> list[list[dict]]:
 
 
 def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> Batch:
-    """Right-padded input_ids / attention_mask / response_mask (the loss mask)."""
-    T = max(len(ids) for ids, _ in examples)
-    B = len(examples)
-    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attention = torch.zeros((B, T), dtype=torch.long)
-    loss_mask = torch.zeros((B, T), dtype=torch.long)
-    for i, (ids, mask) in enumerate(examples):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        attention[i, : len(ids)] = 1
-        loss_mask[i, : len(mask)] = torch.tensor(mask)
-    return Batch({"input_ids": input_ids, "attention_mask": attention, "response_mask": loss_mask})
+    """Right-padded input_ids / attention_mask / response_mask (the loss mask), built like every
+    training batch: each conversation is a trajectory whose trained tokens are its assistant
+    turns (roll/data/trajectory.py)."""
+    return trajectories_to_batch([masked_trajectory(ids, mask) for ids, mask in examples], pad_id)
 
 
 class SFTPipeline(BasePipeline):

@@ -37,3 +37,19 @@ def test_generate_writes_chat_rows(tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert stats["rows"] == len(rows) > 0 and stats["FrozenLake"]["success_rate"] == 1.0
     assert all(r["messages"][-1]["role"] == "assistant" for r in rows)
+
+
+def test_sft_collate_builds_the_trajectory_batch():
+    """SFT builds its batch through trajectories_to_batch: the loss mask is response_mask,
+    right padding, and the batch has the fields every training batch has."""
+    from roll.data.trajectory import Trajectory, trajectories_to_batch
+    from roll.pipelines.sft import collate
+
+    b = collate([([1, 2, 3, 4], [0, 1, 1, 0]), ([5, 6], [0, 1])], pad_id=9)
+    assert b["input_ids"].tolist() == [[1, 2, 3, 4], [5, 6, 9, 9]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert b["response_mask"].tolist() == [[0, 1, 1, 0], [0, 1, 0, 0]]
+    assert b["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 1, 1]]
+    agentic = trajectories_to_batch([Trajectory(input_ids=[1], loss_mask=[1], logprobs=[0.0], token_turns=[0],
+                                                token_versions=[0], turn_versions=[0])], pad_token_id=0)
+    assert set(b.tensors) == set(agentic.tensors)

@@ -11,7 +11,10 @@ own windowed context), tagged with ``state_key``/``step_index``/``episode_id`` s
 estimators (GiGPO) can group equal states.
 
 ``trajectories_to_batch`` is the one place that turns trajectories into a ``Batch``; the
-field names are the contract with roll/algorithms and the pipelines.
+field names are the contract with roll/algorithms and the pipelines. Every pipeline builds its
+training batch through it: an RLVR response (and a parity-check sample) is a one-turn
+trajectory (:func:`response_trajectory`), an SFT conversation a trajectory whose trained
+tokens are its assistant turns (:func:`masked_trajectory`).
 """
 from __future__ import annotations
 
@@ -103,6 +106,41 @@ class Trajectory:
     def min_version(self) -> int:
         """Oldest policy version in the sample (-1 when it has no model tokens)."""
         return min(self.turn_versions) if self.turn_versions else -1
+
+
+def response_trajectory(prompt_ids: Sequence[int], output_ids: Sequence[int], logprobs: Sequence[float] | None = None,
+                        *, reward: float = 0.0, policy_version: int = -1, temperature: float = 1.0,
+                        **fields: Any) -> Trajectory:
+    """A single-turn sample: the prompt (not trained), then the model's response as turn 0
+    with its inference ``logprobs`` (zeros when None), ``policy_version`` on every response
+    token, and ``reward`` as the turn's reward (so on the last response token once collated)
+    and the episode return. ``fields`` sets the other Trajectory fields (group_id, env_tag, ...)."""
+    p, n = len(prompt_ids), len(output_ids)
+    lps = [0.0] * n if logprobs is None else [float(x) for x in logprobs]
+    if len(lps) != n:
+        raise ValueError(f"response {fields.get('episode_id', '')!r}: {n} tokens but {len(lps)} logprobs")
+    return Trajectory(
+        input_ids=list(prompt_ids) + list(output_ids), loss_mask=[0] * p + [1] * n, logprobs=[0.0] * p + lps,
+        token_turns=[-1] * p + [0] * n, token_versions=[-1] * p + [int(policy_version)] * n,
+        turn_versions=[int(policy_version)] if n else [], turn_rewards=[float(reward)], episode_return=float(reward),
+        num_turns=1, prompt_length=p, temperature=float(temperature), **fields)
+
+
+def masked_trajectory(input_ids: Sequence[int], loss_mask: Sequence[int], **fields: Any) -> Trajectory:
+    """A sample whose trained tokens are given by ``loss_mask`` (SFT: the assistant turns of a
+    conversation), without logprobs, versions or rewards; each run of trained tokens is one turn."""
+    if len(loss_mask) != len(input_ids):
+        raise ValueError(f"loss_mask has {len(loss_mask)} entries for {len(input_ids)} tokens")
+    turns, turn, prev = [], -1, 0
+    for m in loss_mask:
+        if m and not prev:
+            turn += 1
+        turns.append(turn if m else -1)
+        prev = m
+    first = next((i for i, m in enumerate(loss_mask) if m), len(input_ids))
+    return Trajectory(input_ids=list(input_ids), loss_mask=[int(bool(m)) for m in loss_mask],
+                      logprobs=[0.0] * len(input_ids), token_turns=turns, token_versions=[-1] * len(input_ids),
+                      num_turns=turn + 1, prompt_length=first, **fields)
 
 
 def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Batch:

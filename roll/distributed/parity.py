@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from roll.data.batch import Batch
+from roll.data.trajectory import response_trajectory, trajectories_to_batch
 from roll.strategies.base import GenerationRequest, GenerationResult
 
 TOLERANCE = {"float32": 1e-3, "bfloat16": 5e-2, "float16": 2e-2}
@@ -73,25 +74,14 @@ def parity_metrics(infer_logprobs: torch.Tensor, train_logprobs: torch.Tensor, m
 
 def results_to_batch(prompts: Sequence[Sequence[int]], results: Sequence[GenerationResult], pad_id: int = 0,
                      temperature: float = 1.0) -> Batch:
-    """Right-padded ``input_ids``/``attention_mask``, ``response_mask`` on generated tokens and
-    ``infer_logprobs`` at the positions of those tokens ([B, T] each); ``temperature`` [B], the
-    one the results were sampled at."""
-    seqs = [list(p) + list(r.output_ids) for p, r in zip(prompts, results)]
-    width = max(len(s) for s in seqs)
-    b = len(seqs)
-    ids = torch.full((b, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((b, width), dtype=torch.long)
-    resp = torch.zeros((b, width), dtype=torch.long)
-    lps = torch.zeros((b, width), dtype=torch.float32)
-    for i, (p, r, s) in enumerate(zip(prompts, results, seqs)):
-        if len(r.logprobs) != len(r.output_ids):
-            raise ValueError(f"result {r.request_id}: {len(r.output_ids)} tokens but {len(r.logprobs)} logprobs")
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
-        resp[i, len(p): len(s)] = 1
-        lps[i, len(p): len(s)] = torch.tensor(r.logprobs, dtype=torch.float32)
-    return Batch(tensors={"input_ids": ids, "attention_mask": attn, "response_mask": resp, "infer_logprobs": lps,
-                          "temperature": torch.full((b,), float(temperature))})
+    """The trainer's batch of prompts + results, built like a training batch (each result a
+    one-turn trajectory, roll/data/trajectory.py): right-padded ``input_ids``/``attention_mask``,
+    ``response_mask`` on generated tokens and ``infer_logprobs`` at their positions ([B, T]
+    each); ``temperature`` [B], the one the results were sampled at."""
+    return trajectories_to_batch([
+        response_trajectory(p, r.output_ids, r.logprobs, policy_version=r.policy_version, temperature=temperature,
+                            episode_id=r.request_id)
+        for p, r in zip(prompts, results)], pad_id)
 
 
 # ---- `roll check parity CONFIG` --------------------------------------------------------------------

@@ -6,6 +6,7 @@ from roll.pipelines.rlvr import Prompt, Response, RLVRPipeline
 
 from roll.config.loader import load_config
 from roll.data.rlvr import PromptSample
+from roll.data.trajectory import Trajectory, trajectories_to_batch
 from roll.workers.reward import RewardResult
 
 
@@ -24,10 +25,28 @@ def _pipeline(**overrides):
     return p
 
 
-def _resp(tag, group, score, n_out=3, failed=None, truncated=False, prompt_len=4):
+def _resp(tag, group, score, n_out=3, failed=None, truncated=False, prompt_len=4, version=0, index=0):
     prompt = Prompt(PromptSample(f"{tag}-{group}", tag, [{"role": "user", "content": "q"}]), list(range(1, prompt_len + 1)))
     return Response(prompt, f"g{group}", [7] * n_out, [-0.5] * n_out, "text", truncated,
-                    RewardResult(score=score, success=score > 0.5, failed=failed))
+                    RewardResult(score=score, success=score > 0.5, failed=failed), version, index)
+
+
+def test_rlvr_batch_is_built_like_the_agentic_one():
+    """One batch builder: an RLVR response is a one-turn trajectory, so its batch has every
+    field of an agentic batch, with the generating version on its tokens."""
+    p = _pipeline()
+    b = p.build_batch([_resp("math", 0, 1.0, version=3), _resp("math", 0, 0.0, n_out=5, version=2, index=1),
+                       _resp("mcq", 1, 0.5, prompt_len=2, version=3)])
+    agentic = trajectories_to_batch([Trajectory(
+        input_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], token_turns=[-1, 0, 0],
+        token_versions=[-1, 0, 0], turn_versions=[0], turn_rewards=[1.0], num_turns=1)], pad_token_id=0)
+    assert set(agentic.tensors) <= set(b.tensors) and set(agentic.non_tensors) <= set(b.non_tensors)
+    assert b["policy_versions"][0].tolist() == [-1] * 4 + [3] * 3 + [-1] * 2
+    assert b["policy_versions"][1].tolist() == [-1] * 4 + [2] * 5
+    assert b["min_policy_version"].tolist() == [3, 2, 3]
+    assert list(b["env_id"]) == ["math", "math", "mcq"]  # the reward domain that scored it
+    assert list(b["episode_id"]) == ["g0-0", "g0-1", "g1-0"] and list(b["num_turns"]) == [1, 1, 1]
+    assert list(b["prompt_id"]) == ["math-0", "math-0", "mcq-1"]
 
 
 def test_batch_fields_follow_the_trajectory_contract():

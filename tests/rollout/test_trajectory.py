@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from roll.data.trajectory import Trajectory, trajectories_to_batch
+from roll.data.trajectory import Trajectory, masked_trajectory, response_trajectory, trajectories_to_batch
 
 
 def _two_turn() -> Trajectory:
@@ -68,3 +68,27 @@ def test_failed_or_inconsistent_trajectories_are_rejected():
         trajectories_to_batch([broken], 0)
     with pytest.raises(ValueError):
         trajectories_to_batch([], 0)
+
+
+def test_response_trajectory_is_a_one_turn_episode():
+    t = response_trajectory([1, 2, 3], [7, 8], [-0.5, -0.25], reward=2.0, policy_version=4, temperature=0.7,
+                            group_id="g", episode_id="g-0")
+    b = trajectories_to_batch([t, response_trajectory([1], [9], [-1.0], reward=-1.0, policy_version=5)], pad_token_id=0)
+    assert b["response_mask"].tolist() == [[0, 0, 0, 1, 1], [0, 1, 0, 0, 0]]
+    assert b["token_rewards"][0].tolist() == [0, 0, 0, 0, 2.0] and b["token_rewards"][1, 1] == -1.0
+    assert b["scores"].tolist() == [2.0, -1.0]
+    assert b["policy_versions"][0].tolist() == [-1, -1, -1, 4, 4] and b["min_policy_version"].tolist() == [4, 5]
+    assert b["turn_ids"][0].tolist() == [-1, -1, -1, 0, 0]
+    assert b["temperature"][0].item() == pytest.approx(0.7)
+    assert t.num_turns == 1 and t.prompt_length == 3
+    with pytest.raises(ValueError, match="'g-0': 2 tokens but 1 logprobs"):
+        response_trajectory([1], [7, 8], [-1.0], episode_id="g-0")
+
+
+def test_masked_trajectory_makes_each_trained_run_a_turn():
+    t = masked_trajectory([5, 6, 7, 8, 9, 10, 11], [0, 1, 1, 0, 0, 1, 0])
+    assert t.token_turns == [-1, 0, 0, -1, -1, 1, -1] and t.num_turns == 2 and t.prompt_length == 1
+    b = trajectories_to_batch([t], pad_token_id=0)
+    assert b["response_mask"][0].tolist() == [0, 1, 1, 0, 0, 1, 0] and b["token_rewards"].abs().sum() == 0
+    with pytest.raises(ValueError, match="loss_mask has 2 entries for 3 tokens"):
+        masked_trajectory([1, 2, 3], [0, 1])
