@@ -68,23 +68,32 @@ class InferenceWorker(Worker):
         return await self.strategy.generate(request)
 
     async def abort(self, request_ids: list[str]) -> None:
+        if self.strategy is None:  # restarted and not set up: the requests died with the old process
+            return
         await self.strategy.abort(request_ids)
 
+    def _ready(self) -> Any:
+        """The strategy, or WorkerUnavailableError for a process Ray restarted that is not set up
+        (a typed, transient error for the caller instead of an AttributeError)."""
+        if self.strategy is None:
+            raise WorkerUnavailableError(f"{self.role} rank {self.rank} restarted: waiting for setup")
+        return self.strategy
+
     async def policy_version(self) -> int:
-        return self.strategy.policy_version()
+        return self._ready().policy_version()
 
     async def compute_logprobs(self, batch: Batch, key: str = "infer_logprobs") -> Batch:
-        return Batch({key: await asyncio.to_thread(self.strategy.logprobs, batch)})
+        return Batch({key: await asyncio.to_thread(self._ready().logprobs, batch)})
 
     async def offload(self) -> None:
-        await asyncio.to_thread(self.strategy.offload)
+        await asyncio.to_thread(self._ready().offload)
 
     async def reload(self) -> None:
-        await asyncio.to_thread(self.strategy.reload)
+        await asyncio.to_thread(self._ready().reload)
 
     # ---- weights ----------------------------------------------------------------------------
     async def update_weights(self, named_tensors: list, version: int, last_bucket: bool = True) -> None:
-        await asyncio.to_thread(self.strategy.update_weights, named_tensors, version, last_bucket)
+        await asyncio.to_thread(self._ready().update_weights, named_tensors, version, last_bucket)
 
     async def begin_weight_update(self, timeout_s: float = 600.0) -> dict[str, Any]:
         """Pause generation for an update; returns this process's ``pid`` (restart detection) and
@@ -104,10 +113,10 @@ class InferenceWorker(Worker):
         finally:
             if hasattr(self.strategy, "resume"):
                 self.strategy.resume()
-        return self.strategy.policy_version()
+        return self._ready().policy_version()
 
     async def shared_weight_layout(self) -> dict:
-        return await asyncio.to_thread(self.strategy.shared_weight_layout)
+        return await asyncio.to_thread(self._ready().shared_weight_layout)
 
     async def init_weight_broadcast(self, group: str, master_addr: str, master_port: int, world_size: int, rank: int,
                                     timeout_s: float) -> None:
@@ -116,8 +125,8 @@ class InferenceWorker(Worker):
 
     async def recv_weight_bucket(self, group: str, meta: list, version: int) -> None:
         named = await asyncio.to_thread(self.receivers[group].recv, meta, self._device())
-        await asyncio.to_thread(self.strategy.update_weights, named, version, False)
+        await asyncio.to_thread(self._ready().update_weights, named, version, False)
 
     async def update_weights_ipc(self, handles: list, version: int, last_bucket: bool = False) -> None:
         named = [(name, func(*args)) for name, (func, args) in handles]  # CUDA IPC: rebuild the trainer's tensors
-        await asyncio.to_thread(self.strategy.update_weights, named, version, last_bucket)
+        await asyncio.to_thread(self._ready().update_weights, named, version, last_bucket)
