@@ -36,8 +36,9 @@ Groups: ``group_size`` episodes share an env seed. An episode that ends in an
 infrastructure failure never enters its group: its slot is rerun (same seed, new sampling
 seed) up to ``max_episode_retries`` times, after which the group is dropped. A failure that
 will recur (the env cannot be created, a non-text observation, the same env error from the
-same seed twice) is permanent: get_batch raises ``RunFailedError`` naming the env; both modes
-classify through one helper (``_settle``, roll/rollout/failures.py). Every failure goes to the
+same seed twice) is permanent: get_batch raises ``RunFailedError`` naming the env. Both modes
+hand every finished episode to its group's state machine (``EpisodeGroup.record``,
+roll/rollout/groups.py, which classifies it with roll/rollout/failures.py) and act on the answer. Every failure goes to the
 ``error_log`` (one line each, the first traceback of each distinct error in full). Filtered,
 dropped and stale groups are replaced by new groups up to ``max_group_refills`` per batch;
 past that the batch is returned short (``rollout/short_batch``). All of it is counted.
@@ -58,7 +59,8 @@ from roll.data.trajectory import FAILURE_TYPES, Trajectory, trajectories_to_batc
 from roll.errors import RollError, RunFailedError
 from roll.registry import FILTERS
 from roll.rollout.env_manager import EpisodeSpec
-from roll.rollout.failures import ErrorLog, EpisodeVerdict, FailureSignature, classify_episode, one_line
+from roll.rollout.failures import ErrorLog, one_line
+from roll.rollout.groups import EpisodeGroup, GroupAnswer
 from roll.rollout.hosts import HostPool
 from roll.rollout.metrics import counter_metrics, episode_metrics
 from roll.utils.logging import get_logger
@@ -78,34 +80,6 @@ class RolloutBatch:
     groups: list[str] = field(default_factory=list)
     failure_causes: Counter = field(default_factory=Counter)
     """``kind: message`` -> failed episodes since the previous batch (retries included)."""
-
-
-@dataclass
-class _Group:
-    tag: str
-    index: int
-    env_seed: int
-    size: int
-    done: dict[int, list[Trajectory]] = field(default_factory=dict)
-    running: dict[int, str] = field(default_factory=dict)  # slot -> episode id
-    attempts: dict[int, int] = field(default_factory=dict)  # per slot: sampling-seed attempt number
-    failures: dict[int, int] = field(default_factory=dict)  # per slot: infrastructure failures
-    signatures: dict[int, FailureSignature] = field(default_factory=dict)  # per slot: its last failure
-    dropped: bool = False
-
-    @property
-    def group_id(self) -> str:
-        return f"{self.tag}/{self.index}"
-
-    @property
-    def complete(self) -> bool:
-        return len(self.done) == self.size
-
-    def trajectories(self) -> list[Trajectory]:
-        return [t for slot in sorted(self.done) for t in self.done[slot]]
-
-    def min_version(self) -> int:
-        return min((t.min_version for t in self.trajectories() if t.min_version >= 0), default=-1)
 
 
 class RolloutScheduler:
@@ -151,7 +125,7 @@ class RolloutScheduler:
         self._suspended = False
         self._next_group = Counter()
         self._episode_counter = 0
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[str, EpisodeGroup] = {}
         self._ready: dict[str, deque] = {t: deque() for t in self.tags}
         self._demand: dict[str, int] = {}
         self._ahead: dict[str, int] = {t: 0 for t in self.tags}
@@ -259,26 +233,27 @@ class RolloutScheduler:
         return {t: base + (1 if i < extra else 0) for i, t in enumerate(self.tags)}
 
     # ================================================================ groups and episodes
-    def _new_group(self, tag: str) -> _Group:
+    def _new_group(self, tag: str) -> EpisodeGroup:
         idx = self._next_group[tag]
         self._next_group[tag] += 1
         tag_offset = self.tags.index(tag) * 1_000_003  # keep tags' seed ranges apart
-        group = _Group(tag, idx, self.seed + self.mcfg.seed_offset + tag_offset + idx, self.mcfg.group_size)
+        group = EpisodeGroup(tag, idx, self.seed + self.mcfg.seed_offset + tag_offset + idx, self.mcfg.group_size,
+                             self.mcfg.max_episode_retries, self.group_filter)
         self._groups[group.group_id] = group
         return group
 
-    def _spec(self, group: _Group, slot: int) -> EpisodeSpec:
+    def _spec(self, group: EpisodeGroup, slot: int) -> EpisodeSpec:
         attempt = group.attempts.get(slot, 0)
         self._episode_counter += 1
         eid = f"{group.group_id}/{slot}/a{attempt}#{self._episode_counter}"
         return EpisodeSpec(eid, group.tag, group.group_id, group.env_seed, slot, attempt)
 
-    def _launch(self, group: _Group, slot: int) -> None:
+    def _launch(self, group: EpisodeGroup, slot: int) -> None:
         spec = self._spec(group, slot)
         group.running[slot] = spec.episode_id
         self._tasks[spec.episode_id] = asyncio.create_task(self._run_one(group, slot, spec))
 
-    async def _run_one(self, group: _Group, slot: int, spec: EpisodeSpec) -> None:
+    async def _run_one(self, group: EpisodeGroup, slot: int, spec: EpisodeSpec) -> None:
         host = None
         try:
             async with self._sem:
@@ -289,9 +264,7 @@ class RolloutScheduler:
                 self._episode_host[spec.episode_id] = host
                 ok, trajs = await self.pool.call(host, "run_episode", spec)
                 if not ok:  # the host died (it is restarting): a transient failure, retried
-                    trajs = [Trajectory(failure="worker_died", failure_detail=f"environment worker {host} died: {trajs}",
-                                        env_tag=spec.tag, group_id=spec.group_id, env_seed=spec.env_seed,
-                                        episode_id=spec.episode_id)]
+                    trajs = _worker_died(spec, f"environment worker {host} died: {trajs}")
             self._on_episode(group, slot, spec, trajs)
         except asyncio.CancelledError:
             raise
@@ -305,65 +278,49 @@ class RolloutScheduler:
             self._episode_host.pop(spec.episode_id, None)
             self._tasks.pop(spec.episode_id, None)
 
-    def _on_episode(self, group: _Group, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> None:
+    def _on_episode(self, group: EpisodeGroup, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> None:
         if group.running.get(slot) == spec.episode_id:
             del group.running[slot]
-        if group.dropped or isinstance(self._error, RollError):
+        if isinstance(self._error, RollError):
             return  # after a permanent failure nothing is retried or refilled: get_batch raises
-        verdict = self._settle(group, slot, spec, trajs)
-        if verdict == EpisodeVerdict.IGNORED:
+        answer = self._settle(group, slot, spec, trajs)
+        if answer == GroupAnswer.IGNORED:
             return
-        if verdict in (EpisodeVerdict.RESTART, EpisodeVerdict.RETRY):
+        if answer in GroupAnswer.RERUN:
             self._launch(group, slot)
-        elif verdict == EpisodeVerdict.DROP:
-            self._lose(group)
-        elif verdict == EpisodeVerdict.PERMANENT:
-            self._lose(group)
-            self._notify()  # get_batch raises the recorded RunFailedError
-            return
-        if group.complete and not group.dropped:
-            del self._groups[group.group_id]
-            if self.group_filter is not None and not self.group_filter(group.trajectories()):
-                self.counters["groups_filtered"] += 1
-                self._losses += 1
-            else:
-                self._ready[group.tag].append(group)
-        self._notify()
-        self._fill()
+        elif answer in (GroupAnswer.DROP, GroupAnswer.PERMANENT) and group.running:
+            asyncio.ensure_future(self._cancel_group(group))
+        elif answer == GroupAnswer.READY:
+            self._ready[group.tag].append(group)
+        self._notify()  # after PERMANENT: get_batch raises the recorded RunFailedError
+        if answer != GroupAnswer.PERMANENT:
+            self._fill()
 
-    def _settle(self, group: _Group, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> str:
-        """Bookkeeping of one finished episode slot, shared by the lockstep and per-sample
-        modes: fill the slot, or count the failure, classify it (roll/rollout/failures.py) and
-        advance the slot's attempt; a permanent failure is recorded for get_batch to raise."""
+    def _settle(self, group: EpisodeGroup, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> str:
+        """One finished episode slot, in both modes: the group's state machine answers
+        (roll/rollout/groups.py), and the answer is counted here; a lost group (dropped,
+        filtered) leaves the open groups and uses one refill, a permanent failure is recorded
+        for get_batch to raise. The caller reruns, hands out or cancels."""
+        answer = group.record(slot, trajs)
+        if answer == GroupAnswer.IGNORED:
+            return answer
         failed = next((t for t in trajs if t.failure is not None), None)
-        failure = failed.failure if failed is not None else None
-        signature = previous = None
-        if failure in FAILURE_TYPES:
-            group.failures[slot] = group.failures.get(slot, 0) + 1
-            signature = FailureSignature(failure, failed.failure_detail, failed.num_turns)
-            previous = group.signatures.get(slot)
-            group.signatures[slot] = signature
-        verdict = classify_episode(failure, bool(failed is not None and failed.failure_permanent), signature, previous,
-                                   group.failures.get(slot, 0), self.mcfg.max_episode_retries)
-        if verdict == EpisodeVerdict.DONE:
-            group.done[slot] = trajs
+        if failed is None:
             self.counters["episodes_finished"] += 1
-            return verdict
-        if verdict == EpisodeVerdict.IGNORED:
-            return verdict
-        self._count_failure(spec.tag, failure, trajs)
-        group.attempts[slot] = group.attempts.get(slot, 0) + 1  # a new sampling seed
-        if verdict == EpisodeVerdict.RESTART:
-            self.counters["episode_restarts"] += 1
-        elif verdict == EpisodeVerdict.RETRY:
-            self.counters["episode_retries"] += 1
-        elif verdict == EpisodeVerdict.DROP:
-            self.counters["groups_dropped"] += 1
         else:
-            self.counters["failures/permanent"] += 1
-            if self._error is None:
-                self._error = self._permanent_error(spec, failed, repeated=not failed.failure_permanent)
-        return verdict
+            self._count_failure(spec.tag, failed.failure, trajs)
+        counter = {GroupAnswer.RESTART: "episode_restarts", GroupAnswer.RETRY: "episode_retries",
+                   GroupAnswer.DROP: "groups_dropped", GroupAnswer.FILTERED: "groups_filtered",
+                   GroupAnswer.PERMANENT: "failures/permanent"}.get(answer)
+        if counter is not None:
+            self.counters[counter] += 1
+        if answer in GroupAnswer.LOST:
+            self._losses += 1
+        if answer in GroupAnswer.LOST or answer == GroupAnswer.READY:
+            self._groups.pop(group.group_id, None)
+        if answer == GroupAnswer.PERMANENT and self._error is None:
+            self._error = self._permanent_error(spec, failed, repeated=not failed.failure_permanent)
+        return answer
 
     def _permanent_error(self, spec: EpisodeSpec, failed: Trajectory, repeated: bool) -> RunFailedError:
         env_id = self.env_configs[spec.tag].env_id
@@ -389,15 +346,8 @@ class RolloutScheduler:
         else:
             self.counters[f"restarts/{failure}"] += 1  # stale / discarded: restarted, not failed
 
-    def _lose(self, group: _Group) -> None:
-        group.dropped = True
-        self._groups.pop(group.group_id, None)
-        self._losses += 1
-        if group.running:
-            asyncio.ensure_future(self._cancel_group(group))
-
-    async def _cancel_group(self, group: _Group) -> None:
-        group.dropped = True
+    async def _cancel_group(self, group: EpisodeGroup) -> None:
+        group.drop()
         self._groups.pop(group.group_id, None)
         by_host: dict[int, list[str]] = {}
         for eid in group.running.values():
@@ -431,7 +381,7 @@ class RolloutScheduler:
                     self._launch(group, slot)
                 have += 1
 
-    def _take_ready(self, tag: str, k: int) -> list[_Group]:
+    def _take_ready(self, tag: str, k: int) -> list[EpisodeGroup]:
         out = []
         q = self._ready[tag]
         while q and len(out) < k:
@@ -445,11 +395,11 @@ class RolloutScheduler:
         return out
 
     # ================================================================ async (per-sample)
-    async def _per_sample_batch(self, demand: dict[str, int], deadline: float) -> list[_Group]:
+    async def _per_sample_batch(self, demand: dict[str, int], deadline: float) -> list[EpisodeGroup]:
         self._demand = dict(demand)
         for tag, k in demand.items():
             self._ahead[tag] = math.ceil(self.ratio * k)
-        taken: dict[str, list[_Group]] = {t: [] for t in self.tags}
+        taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
         try:
             while True:
                 if self._error is not None:
@@ -502,9 +452,9 @@ class RolloutScheduler:
                 f"failures so far {dict(self.counters)}")
 
     # ================================================================ sync (lockstep)
-    async def _lockstep_batch(self, demand: dict[str, int], deadline: float) -> list[_Group]:
-        taken: dict[str, list[_Group]] = {t: [] for t in self.tags}
-        pending: list[tuple[_Group, int]] = []
+    async def _lockstep_batch(self, demand: dict[str, int], deadline: float) -> list[EpisodeGroup]:
+        taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
+        pending: list[tuple[EpisodeGroup, int]] = []
         for tag in self.tags:
             for _ in range(demand[tag]):
                 group = self._new_group(tag)
@@ -515,28 +465,16 @@ class RolloutScheduler:
             results = await asyncio.wait_for(self._lockstep_round(pending), timeout=max(deadline - time.monotonic(), 0.001))
             pending = []
             for group, slot, spec, trajs in results:
-                if group.dropped:
-                    continue
-                verdict = self._settle(group, slot, spec, trajs)
-                if verdict in (EpisodeVerdict.RESTART, EpisodeVerdict.RETRY):
+                answer = self._settle(group, slot, spec, trajs)
+                if answer in GroupAnswer.RERUN:
                     pending.append((group, slot))
-                elif verdict in (EpisodeVerdict.DROP, EpisodeVerdict.PERMANENT):
-                    group.dropped = True
-                    self._losses += 1
+                elif answer == GroupAnswer.READY:
+                    taken[group.tag].append(group)
                 if self._error is not None:
                     break
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            for group in {id(g): g for g, *_ in results}.values():
-                if group.dropped or not group.complete or group.group_id not in self._groups:
-                    continue
-                del self._groups[group.group_id]
-                if self.group_filter is not None and not self.group_filter(group.trajectories()):
-                    self.counters["groups_filtered"] += 1
-                    self._losses += 1
-                else:
-                    taken[group.tag].append(group)
             pending = [(g, s) for g, s in pending if not g.dropped]
             for tag in self.tags:
                 lost = demand[tag] - len(taken[tag]) - len({id(g) for g, _ in pending if g.tag == tag})
@@ -544,14 +482,11 @@ class RolloutScheduler:
                     group = self._new_group(tag)
                     pending += [(group, s) for s in range(group.size)]
                     lost -= 1
-        for g in list(self._groups.values()):
-            if g.dropped:
-                self._groups.pop(g.group_id, None)
         if any(len(taken[t]) < demand[t] for t in self.tags):
             self.counters["short_batch"] += 1
         return [g for t in self.tags for g in taken[t]]
 
-    async def _lockstep_round(self, items: list[tuple[_Group, int]]) -> list[tuple[_Group, int, EpisodeSpec, list[Trajectory]]]:
+    async def _lockstep_round(self, items: list[tuple[EpisodeGroup, int]]) -> list[tuple[EpisodeGroup, int, EpisodeSpec, list[Trajectory]]]:
         """All episodes advance together: reset all, then (generate all, step all) per turn."""
         specs = []
         for i, (group, slot) in enumerate(items):
@@ -570,8 +505,7 @@ class RolloutScheduler:
         for group, slot, spec, host in specs:
             trajs = await self._lockstep_call(host, "finish_episode", spec.episode_id)
             if trajs is False:  # the worker died: the episode is an infrastructure failure
-                trajs = [Trajectory(failure="worker_died", env_tag=spec.tag, group_id=spec.group_id,
-                                    env_seed=spec.env_seed, episode_id=spec.episode_id)]
+                trajs = _worker_died(spec, f"environment worker {host[0]} died during the episode")
             self.pool.load[host[0]] -= 1
             out.append((group, slot, spec, trajs))
         return out
@@ -586,7 +520,7 @@ class RolloutScheduler:
         return result if ok else False
 
     # ================================================================ batch
-    def _assemble(self, groups: list[_Group], demand: dict[str, int], elapsed: float) -> RolloutBatch:
+    def _assemble(self, groups: list[EpisodeGroup], demand: dict[str, int], elapsed: float) -> RolloutBatch:
         order = {t: i for i, t in enumerate(self.tags)}
         groups = sorted(groups, key=lambda g: (order[g.tag], g.index))
         trajs = [t for g in groups for t in g.trajectories()]
@@ -614,3 +548,10 @@ class RolloutScheduler:
             batch.meta["metrics"] = dict(metrics)
             batch.meta["policy_version"] = self.version
         return RolloutBatch(batch, trajs, metrics, [g.group_id for g in groups], causes)
+
+
+def _worker_died(spec: EpisodeSpec, detail: str) -> list[Trajectory]:
+    """The outcome of an episode whose environment worker died (it is restarting): a transient
+    infrastructure failure, retried like any other."""
+    return [Trajectory(failure="worker_died", failure_detail=detail, env_tag=spec.tag, group_id=spec.group_id,
+                       env_seed=spec.env_seed, episode_id=spec.episode_id)]

@@ -157,3 +157,19 @@ def register_test_envs() -> None:
     for env_id, entry in (("rolltest/Countdown-v0", CountdownEnv), ("rolltest/Flaky-v0", FlakyEnv)):
         if env_id not in gymnasium.registry:
             gymnasium.register(id=env_id, entry_point=entry, disable_env_checker=True)
+
+
+class FailingClient(ScriptedClient):
+    """A ScriptedClient whose generation raises (an ``inference_error``: transient, retried) on
+    the first turn of the scripted episode attempts ``{(group_id, slot, attempt)}``: the same
+    failures in any scheduling mode and completion order."""
+
+    def __init__(self, tokenizer, fail: set[tuple[str, int, int]], **kw):
+        super().__init__(tokenizer, **kw)
+        self.fail = set(fail)
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        group, slot, attempt = request.meta["episode_id"].split("#")[0].rsplit("/", 2)
+        if request.meta["turn"] == 0 and (group, int(slot), int(attempt[1:])) in self.fail:
+            raise RuntimeError(f"scripted inference failure of {request.request_id}")
+        return await super().generate(request)
