@@ -83,7 +83,7 @@ class Trajectory:
     """Step mode: turn index of this sample within its episode; -1 in trajectory mode."""
     temperature: float = 1.0
     """Sampling temperature the model tokens were generated with (0: greedy); the trainer
-    scores them under logits / temperature (roll/strategies/torch_train.py)."""
+    scores them under logits / temperature (roll/strategies/hf_train.py)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Per-episode measurements (invalid action rate, time in generation/env/waiting, ...)."""
     messages: list[dict[str, str]] = field(default_factory=list)

@@ -340,7 +340,7 @@ class HFInferStrategy:
     # ---- scoring (train/infer parity) ------------------------------------------------------
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """[B, T] logprobs of ``input_ids`` under the served weights, aligned like the trainer's."""
-        from roll.strategies.torch_train import forward_logprobs
+        from roll.strategies.hf_train import forward_logprobs
 
         with self._lock, self._weights_in_use(), torch.inference_mode():
             return forward_logprobs(self.model, batch.to(self.device)).cpu()

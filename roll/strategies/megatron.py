@@ -44,7 +44,7 @@ from roll.strategies.megatron_convert import (
     local_to_global,
     megatron_full_to_hf,
 )
-from roll.strategies.torch_train import position_ids_for, sampling_temperatures
+from roll.strategies.hf_train import bucket_tensors, lr_factor, position_ids_for, sampling_temperatures
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -120,6 +120,7 @@ class MegatronStrategy:
         self.num_training_steps = self.args.num_training_steps or num_training_steps
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.step = 0
+        self.nonfinite_grad_steps = 0
         self.model = None
 
     # ---- setup ------------------------------------------------------------------------------
@@ -202,9 +203,7 @@ class MegatronStrategy:
 
     # ---- forward ----------------------------------------------------------------------------
     def _lr(self) -> float:
-        """The same schedule as the torch_train / deepspeed strategies (roll.strategies.torch_train.lr_factor)."""
-        from roll.strategies.torch_train import lr_factor
-
+        """The same schedule as the torch_train / deepspeed strategies (roll.strategies.hf_train.lr_factor)."""
         a = self.args
         if a.lr_scheduler_type != "constant" and not self.num_training_steps:
             raise ValueError(f"lr_scheduler_type {a.lr_scheduler_type!r} needs training_args.num_training_steps")
@@ -278,6 +277,7 @@ class MegatronStrategy:
         losses = self._run(micro, loss_fn, forward_only=False)
         ok, grad_norm, _ = self.optimizer.step()
         self.step += 1
+        self.nonfinite_grad_steps += int(not ok)  # Megatron's optimizer skips a step with inf/nan gradients
         metrics: dict[str, float] = {}
         if losses:  # last pipeline stage
             for key in losses[0]:
@@ -285,17 +285,18 @@ class MegatronStrategy:
         if "loss" in metrics:
             metrics["loss"] /= self.dp
         metrics.update(grad_norm=float(grad_norm) if grad_norm is not None else float("nan"), lr=lr,
-                       skipped_steps=float(not ok))
+                       nonfinite_grad_steps=float(self.nonfinite_grad_steps))
         return metrics
 
     # ---- weight sync ----------------------------------------------------------------------------
     def named_parameters_for_sync(self, bucket_size_mb: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         """HF-named full tensors in buckets, on every rank (collective: all ranks must drain it)."""
+        return bucket_tensors(self._full_parameters(), bucket_size_mb)
+
+    def _full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         ps = self.ps
-        limit = max(1, int(bucket_size_mb)) * 1024 * 1024
         tp_group = ps.get_tensor_model_parallel_group()
         module = self.model.module
-        bucket, size = [], 0
         for stage in range(self.pp):
             # every rank learns the stage's tensor names and shapes, then receives each gathered tensor
             if ps.get_pipeline_model_parallel_rank() == stage:
@@ -318,15 +319,7 @@ class MegatronStrategy:
                     if full is None:
                         full = torch.empty(self._gathered_shape(name, shape), dtype=dtype, device="cuda")
                     dist.broadcast(full, src=src, group=ps.get_pipeline_model_parallel_group())
-                for hf_name, t in megatron_full_to_hf(local_to_global(name, stage, self.pp, self.layout), full, self.layout):
-                    nbytes = t.numel() * t.element_size()
-                    if bucket and size + nbytes > limit:
-                        yield bucket
-                        bucket, size = [], 0
-                    bucket.append((hf_name, t))
-                    size += nbytes
-        if bucket:
-            yield bucket
+                yield from megatron_full_to_hf(local_to_global(name, stage, self.pp, self.layout), full, self.layout)
 
     def _gathered_shape(self, name: str, shard_shape: tuple) -> tuple:
         if self.tp == 1 or name.endswith(("layer_norm_weight", "final_layernorm.weight")):

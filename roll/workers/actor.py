@@ -2,13 +2,13 @@
 
 Holds a training strategy (``strategy_args.strategy_name``, registered in STRATEGIES; the
 constructor contract is ``cls(worker_config, model_path, critic=, seed=, num_training_steps=)``
-plus ``setup()``, see roll/strategies/torch_train.py). Call it through a Cluster:
+plus ``setup()``, see roll/strategies/hf_train.py and torch_train.py). Call it through a Cluster:
 
 - ``compute_logprobs(batch, key="old_logprobs")`` (dispatch ``dp``) -> Batch with ``key`` [B, T];
 - ``train_step(batch, loss_fn)`` (``dp``): one optimizer step on this rank's share of a
   mini-batch; ``train(batch, loss_fn, epochs)`` (``dp``): every mini-batch of
   ``per_device_train_batch_size x gradient_accumulation_steps`` rows of this rank's share, for
-  ``epochs`` passes, stopping early past ``early_stop_kl``. Metrics: the strategy's ``loss``, ``grad_norm``, ``lr``, ``skipped_steps``
+  ``epochs`` passes, stopping early past ``early_stop_kl``. Metrics: the strategy's ``loss``, ``grad_norm``, ``lr``, ``nonfinite_grad_steps``
   under ``actor/``; the loss_fn's own (already namespaced) metrics as they are;
 - ``save(dir)`` / ``load(dir)`` (``all``), ``offload`` / ``reload``;
 - ``weight_sync_*``: the trainer side of roll/distributed/model_update.py.
@@ -36,7 +36,7 @@ class ActorWorker(Worker):
         self.senders: dict[str, WeightSender] = {}  # one per ModelUpdateGroup
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        from roll.strategies.torch_train import init_process_group
+        from roll.strategies.hf_train import init_process_group
 
         init_process_group(self.rank, self.world_size, master_addr, master_port, self.worker_config.call_timeout_s)
         cls = STRATEGIES.get(self.worker_config.strategy_args.strategy_name)

@@ -1,6 +1,7 @@
 """Issue acceptance: one optimizer step on a batch of 8 as 1 micro-batch x 8 rows equals
 8 micro-batches x 1 row (gradient accumulation), for every loss aggregation mode, through the
-real TorchTrainStrategy on the tiny model.
+shared training base (roll/strategies/hf_train.py) of both Hugging Face backends, torch_train
+(DDP) and deepspeed (ZeRO-2), on the tiny model.
 
 Tolerance: float32 on CPU. Summation order differs between the two splits, so parameters are
 compared at 1e-6 absolute (their magnitudes are ~1e-2..1); a large adam_eps makes Adam's first
@@ -17,8 +18,22 @@ from roll.algorithms import AGG_MODES, make_actor_loss_fn
 from roll.config.algorithm import AlgorithmConfig
 from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
 from roll.data.batch import Batch
-from roll.strategies.torch_train import TorchTrainStrategy, init_process_group
+from roll.registry import STRATEGIES
+from roll.strategies.hf_train import HFTrainStrategy
+from roll.strategies.torch_train import init_process_group
 from roll.workers.base import free_port
+
+BACKENDS = {"torch_train": {"parallel": "ddp"}, "deepspeed": {"zero_stage": 2}}
+
+
+def _available(backend: str) -> bool:
+    if backend != "deepspeed":
+        return True
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,10 +44,11 @@ def process_group():
     dist.destroy_process_group()
 
 
-def _strategy(model_dir: str, micro: int) -> TorchTrainStrategy:
-    cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}),
+def _strategy(model_dir: str, micro: int, backend: str) -> HFTrainStrategy:
+    cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs(backend, dict(BACKENDS[backend])),
                        training_args=TrainingArgs(lr=1e-3, adam_eps=1.0, per_device_train_batch_size=micro))
-    s = TorchTrainStrategy(cfg, num_training_steps=4)
+    s = STRATEGIES.get(backend)(cfg, num_training_steps=4)
+    assert isinstance(s, HFTrainStrategy)  # one micro-batch loop for both backends
     s.setup()
     return s
 
@@ -50,11 +66,14 @@ def _batch(rows: int = 8, width: int = 16) -> Batch:
                   "old_logprobs": -torch.rand(rows, width, generator=g) * resp})
 
 
+@pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("mode", AGG_MODES)
-def test_one_by_eight_equals_eight_by_one(tiny_model_dir, mode):
+def test_one_by_eight_equals_eight_by_one(tiny_model_dir, mode, backend):
+    if not _available(backend):
+        pytest.skip("DeepSpeed is not installed (extra `deepspeed`)")
     cfg = AlgorithmConfig(policy_loss="ppo_clip", loss_agg_mode=mode, loss_agg_norm_constant=16.0)
     loss_fn = make_actor_loss_fn(cfg)
-    whole, split = _strategy(tiny_model_dir, 8), _strategy(tiny_model_dir, 1)
+    whole, split = _strategy(tiny_model_dir, 8, backend), _strategy(tiny_model_dir, 1, backend)
     b = _batch()
     m_whole = whole.train_step(b, loss_fn)
     m_split = split.train_step(b, loss_fn)

@@ -1,5 +1,8 @@
-"""Data-parallel invariance through the real TorchTrainStrategy: one optimizer step on 8 rows
-with 2 DDP ranks (4 rows each) equals the same step on 1 rank, for every loss aggregation mode.
+"""Data-parallel invariance through the shared training base (roll/strategies/hf_train.py) of
+both Hugging Face backends, torch_train (DDP) and deepspeed (ZeRO-2): one optimizer step on 8
+rows with 2 ranks (4 rows each) equals the same step on 1 rank, for every loss aggregation
+mode. Then a rank with no rows (more ranks than rows) scores nothing while the other rank's
+logprobs equal the one-rank result: both backends run a throw-away forward there.
 A wrong dp_size factor (gradients averaged over ranks of losses normalised by the global
 counts) would halve the update and fail here.
 
@@ -27,9 +30,12 @@ WORKER = textwrap.dedent(
     from roll.config.algorithm import AlgorithmConfig
     from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
     from roll.data.batch import Batch
-    from roll.strategies.torch_train import TorchTrainStrategy, init_process_group
+    from roll.registry import STRATEGIES
+    from roll.strategies.torch_train import init_process_group
 
     model_dir, mode, world, port, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    backend = sys.argv[6]
+    options = {"torch_train": {"parallel": "ddp"}, "deepspeed": {"zero_stage": 2}}[backend]
 
     def batch():
         g = torch.Generator().manual_seed(3)
@@ -44,15 +50,21 @@ WORKER = textwrap.dedent(
     def run(rank):
         torch.set_num_threads(1)
         init_process_group(rank, world, "127.0.0.1", port, 60)
-        cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}),
-                           training_args=TrainingArgs(lr=1e-3, adam_eps=1.0, per_device_train_batch_size=2))
-        s = TorchTrainStrategy(cfg, num_training_steps=2)
+        cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs(backend, dict(options)),
+                           training_args=TrainingArgs(lr=1e-3, adam_eps=1.0, per_device_train_batch_size=2),
+                           infer_batch_size=2)
+        s = STRATEGIES.get(backend)(cfg, num_training_steps=2)
         s.setup()
         loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="ppo_clip", loss_agg_mode=mode, loss_agg_norm_constant=16.0))
         share = batch().chunk(world)[rank]
         m = s.train_step(share, loss_fn)
+        # 3 rows on rank 0 and none on rank 1 (two forwards there, none here: collectives must match)
+        rows = batch().select([0, 1, 2] if rank == 0 else [])
+        lp = s.logprobs(rows)
+        if rank == 1:
+            assert tuple(lp.shape) == (0, 16), lp.shape
         if rank == 0:
-            torch.save({"loss": m["loss"], "grad_norm": m["grad_norm"],
+            torch.save({"loss": m["loss"], "grad_norm": m["grad_norm"], "logprobs": lp,
                         "params": {k: v.detach().clone() for k, v in s.hf_model.named_parameters()}}, out)
 
     if world == 1:
@@ -69,21 +81,25 @@ def _port() -> int:
     return free_port()
 
 
-def _run(tmp_path, model_dir, mode, world):
-    out = tmp_path / f"{mode}-{world}.pt"
+def _run(tmp_path, model_dir, mode, world, backend):
+    out = tmp_path / f"{backend}-{mode}-{world}.pt"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", WORKER, model_dir, mode, str(world), str(_port()), str(out)],
+    proc = subprocess.run([sys.executable, "-c", WORKER, model_dir, mode, str(world), str(_port()), str(out), backend],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
 
+@pytest.mark.parametrize("backend", ["torch_train", "deepspeed"])
 @pytest.mark.parametrize("mode", AGG_MODES)
-def test_two_ranks_equal_one(tmp_path, tiny_model_dir, mode):
-    one = _run(tmp_path, tiny_model_dir, mode, 1)
-    two = _run(tmp_path, tiny_model_dir, mode, 2)
+def test_two_ranks_equal_one(tmp_path, tiny_model_dir, mode, backend):
+    if backend == "deepspeed":
+        pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra `deepspeed`)")
+    one = _run(tmp_path, tiny_model_dir, mode, 1, backend)
+    two = _run(tmp_path, tiny_model_dir, mode, 2, backend)
     assert one["grad_norm"] > 0
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-6)
     assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
     for name, p in one["params"].items():
         assert torch.allclose(p, two["params"][name], atol=1e-6), name
+    assert torch.allclose(one["logprobs"], two["logprobs"], atol=1e-5)

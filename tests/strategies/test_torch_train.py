@@ -109,7 +109,7 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir):
     assert abs(m1["loss"] - m2["loss"]) < 1e-6 and abs(m1["grad_norm"] - m2["grad_norm"]) < 1e-5
     for (n, p1), (_, p2) in zip(whole.hf_model.named_parameters(), micro.hf_model.named_parameters()):
         assert torch.allclose(p1, p2, atol=1e-6), n
-    assert m1["lr"] == 1e-3 and m1["skipped_steps"] == 0
+    assert m1["lr"] == 1e-3 and m1["nonfinite_grad_steps"] == 0
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])

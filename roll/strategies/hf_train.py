@@ -1,0 +1,383 @@
+"""HFTrainStrategy: the one base of the Hugging Face training strategies (torch_train's DDP and
+FSDP2, deepspeed's ZeRO), and the helpers every training backend shares.
+
+The base owns what the backends have in common, so it cannot drift between them:
+
+- rank / dp-size properties, HF model loading (causal LM or value-head critic), AdamW and the
+  LR schedule (:func:`make_lr_scheduler`, also read by megatron through :func:`lr_factor`);
+- the forward-only pass (``logprobs`` / ``values``) in ``infer_batch_size`` chunks, with every
+  rank running as many forwards as the busiest one (sharded forwards are collective); a rank
+  with no rows runs a throw-away two-token batch and returns an empty [0, T] result;
+- the ``train_step`` micro-batch loop: global loss normalisers, per micro-batch ``meta``,
+  backward of ``loss x dp_size``, gradient sync only on the last micro-batch, one optimizer
+  step, metrics reduced over micro-batches and ranks. A non-finite gradient norm is counted
+  in ``nonfinite_grad_steps`` (metric ``actor/nonfinite_grad_steps``, cumulative; torch_train
+  and megatron skip such a step, DeepSpeed skips only fp16 overflow steps);
+- ``named_parameters_for_sync``: full parameters in buckets (:func:`bucket_tensors`, also used
+  by megatron).
+
+A backend overrides the hooks: ``_configure`` (its ``strategy_config``), ``_wrap`` (build
+``self.model``, ``self.optimizer``, ``self.scheduler`` from the loaded HF model),
+``hf_model``, ``_backward``, ``_set_grad_sync``, ``_optimizer_step`` (returns the grad norm)
+and ``_full_parameters``, plus ``save`` / ``load`` / ``offload`` / ``reload``. The contracts
+themselves (logprob alignment, micro-batching, loss normalisation) are in
+roll/strategies/torch_train.py's docstring.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import inspect
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from roll.data.batch import Batch
+from roll.utils.logging import get_logger
+
+logger = get_logger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ---- forward helpers (also used by hf_infer for train/infer parity, and megatron) -----------------
+def position_ids_for(batch: Batch) -> torch.Tensor:
+    if "position_ids" in batch.tensors:
+        return batch["position_ids"]
+    return (batch["attention_mask"].long().cumsum(-1) - 1).clamp(min=0)
+
+
+def sampling_temperatures(batch: Batch) -> torch.Tensor | None:
+    """[B] temperature each row was sampled with (``batch["temperature"]``), or None when the
+    batch has none or every row is at 1. A greedy row (0) is scored at 1, as hf_infer reports it."""
+    if "temperature" not in batch.tensors:
+        return None
+    t = batch["temperature"].float()
+    t = torch.where(t > 0, t, torch.ones_like(t))
+    return None if bool((t == 1).all()) else t
+
+
+def _tempered(logits: torch.Tensor, temperature: torch.Tensor | None) -> torch.Tensor:
+    logits = logits.float()
+    return logits if temperature is None else logits / temperature.to(logits.device)[:, None, None]
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
+    """logits [B, T, V] (position t predicts t+1), input_ids [B, T] -> [B, T], column 0 is 0.
+    ``temperature`` [B]: score each row under logits / temperature (the sampling distribution)."""
+    logits = _tempered(logits[:, :-1], temperature)
+    target = input_ids[:, 1:]
+    lp = logits.gather(-1, target[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return F.pad(lp, (1, 0))
+
+
+def token_entropy(logits: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
+    """Entropy of the distribution that predicted each token, aligned like token_logprobs."""
+    logp = _tempered(logits[:, :-1], temperature).log_softmax(-1)
+    return F.pad(-(logp.exp() * logp).sum(-1), (1, 0))
+
+
+def forward_logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    return model_forward(model, batch)[0]
+
+
+_KEEPS_LOGITS: dict[type, bool] = {}
+
+
+def _accepts_logits_to_keep(model: Any) -> bool:
+    """Whether the causal LM under the DDP / DeepSpeed wrapper takes ``logits_to_keep``."""
+    inner = model
+    while hasattr(inner, "module") and isinstance(inner.module, torch.nn.Module):
+        inner = inner.module
+    cls = type(inner)
+    if cls not in _KEEPS_LOGITS:
+        _KEEPS_LOGITS[cls] = "logits_to_keep" in inspect.signature(inner.forward).parameters
+    return _KEEPS_LOGITS[cls]
+
+
+def logits_start(batch: Batch) -> int:
+    """First column whose logits a loss token needs (column t predicts token t+1): the one
+    before the first column holding a response token in any row; 0 without ``response_mask``
+    or when it is empty."""
+    if "response_mask" not in batch.tensors:
+        return 0
+    cols = batch["response_mask"].bool().any(0).nonzero()
+    return max(int(cols[0]) - 1, 0) if len(cols) else 0
+
+
+def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+    """One forward of a (wrapped) causal LM: ``(logprobs [B, T], extra)``; a critic returns
+    ``(None, {"values": [B, T]})`` (the first logit is the value head); ``extra["entropy"]``
+    when asked. The LM head runs from :func:`logits_start` on (earlier columns are 0). Shared
+    by the torch and DeepSpeed strategies."""
+    start = 0 if critic or not _accepts_logits_to_keep(model) else logits_start(batch)
+    ids = batch["input_ids"]
+    kwargs = {"logits_to_keep": ids.shape[1] - start} if start > 0 else {}
+    out = model(input_ids=ids, attention_mask=batch["attention_mask"],
+                position_ids=position_ids_for(batch), use_cache=False, **kwargs)
+    if critic:
+        return None, {"values": out.logits[..., 0].float()}
+    temp = sampling_temperatures(batch)
+    extra = {"entropy": F.pad(token_entropy(out.logits, temp), (start, 0))} if entropy else {}
+    return F.pad(token_logprobs(out.logits, ids[:, start:], temp), (start, 0)), extra
+
+
+def max_micro_batches(n_local: int, size: int, device: Any) -> int:
+    """Sharded forwards (FSDP, ZeRO-3) are collective: every rank must run as many
+    micro-batches as the busiest rank."""
+    n = torch.tensor([math.ceil(n_local / size)], device=device)
+    dist.all_reduce(n, op=dist.ReduceOp.MAX)
+    return int(n.item())
+
+def global_loss_normalizers(batch: Batch, device: Any) -> tuple[float, float]:
+    """Loss tokens, and sequences with at least one loss token, of the mini-batch summed over
+    every data-parallel rank (see roll.algorithms.aggregation.loss_normalizers)."""
+    mask = batch["response_mask"] if "response_mask" in batch.tensors else batch["attention_mask"]
+    totals = torch.tensor([float(mask.sum()), float(mask.bool().any(-1).sum())], dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return float(totals[0]), float(totals[1])
+
+
+def reduce_step_metrics(metric_sums: dict[str, float], n_micro: int, dp_size: int, device: Any) -> dict[str, float]:
+    """The loss_fn's metrics: mean over micro-batches, then over data-parallel ranks."""
+    keys = sorted(metric_sums)
+    reduced = torch.tensor([metric_sums[k] / n_micro for k in keys], dtype=torch.float64, device=device)
+    if len(reduced):
+        dist.all_reduce(reduced)
+        reduced /= dp_size
+    return {k: float(v) for k, v in zip(keys, reduced.tolist())}
+
+
+
+def lr_factor(step: int, kind: str, warmup_steps: int, num_training_steps: int | None) -> float:
+    """LR multiplier after ``step`` optimizer steps: linear warmup from 0 over ``warmup_steps``,
+    then constant, or a linear / cosine decay that reaches 0 at ``num_training_steps`` and stays
+    there (a schedule that runs past its length does not restart, as a periodic cosine would)."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    if kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, num_training_steps - warmup_steps))
+    if kind == "linear":
+        return 1.0 - progress
+    if kind == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown lr_scheduler_type {kind!r}; choose constant, linear or cosine")
+
+
+def make_lr_scheduler(optimizer: torch.optim.Optimizer, args: Any, num_training_steps: int | None) -> torch.optim.lr_scheduler.LambdaLR:
+    """The role's LR schedule (``training_args.lr_scheduler_type``), stepped once per optimizer step."""
+    kind = args.lr_scheduler_type
+    if kind != "constant" and not num_training_steps:
+        raise ValueError(f"lr_scheduler_type {kind!r} needs training_args.num_training_steps (or the pipeline's max_steps)")
+    fn = functools.partial(lr_factor, kind=kind, warmup_steps=args.warmup_steps, num_training_steps=num_training_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
+    """(Re)create the default process group: NCCL when CUDA is present, else gloo."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(
+        backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def bucket_tensors(named: Iterable[tuple[str, torch.Tensor]], bucket_size_mb: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group (name, tensor) pairs in order into buckets of about ``bucket_size_mb`` (a tensor
+    larger than the limit is a bucket of its own). Pulls lazily: a collective gather behind
+    ``named`` runs only as the consumer drains the buckets."""
+    limit = max(1, int(bucket_size_mb)) * 1024 * 1024
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, t in named:
+        nbytes = t.numel() * t.element_size()
+        if bucket and size + nbytes > limit:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, t))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+class HFTrainStrategy:
+    """Trainer of a HF causal LM (or its value-head critic) on a torch.distributed group; see
+    the module docstring for what a backend overrides."""
+
+    name = "hf_train"
+    """The backend's name in error messages."""
+
+    def __init__(self, worker_config: Any, model_path: str | None = None, *, critic: bool = False,
+                 seed: int = 42, num_training_steps: int | None = None, device: str | None = None):
+        self._configure(dict(worker_config.strategy_args.strategy_config))
+        self.cfg = worker_config
+        self.args = worker_config.training_args
+        self.model_path = model_path or worker_config.model_name_or_path
+        if not self.model_path:
+            raise ValueError(f"{self.name}: no model path (set model_name_or_path or the pipeline's pretrain)")
+        self.critic = critic
+        self.seed = seed
+        self.num_training_steps = self.args.num_training_steps or num_training_steps
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        self.step = 0
+        self.nonfinite_grad_steps = 0
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def _configure(self, opts: dict[str, Any]) -> None:
+        """Read ``strategy_args.strategy_config`` (unknown keys are errors)."""
+        if opts:
+            raise ValueError(f"{self.name}: unknown strategy_config keys {sorted(opts)}")
+
+    def _wrap(self, model: torch.nn.Module) -> None:
+        """Set ``self.model`` (the module forwards run on), ``self.optimizer``, ``self.scheduler``."""
+        raise NotImplementedError
+
+    @property
+    def hf_model(self) -> torch.nn.Module:
+        """The bare HF model under the wrapper (parameter names in HF naming)."""
+        raise NotImplementedError
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def _set_grad_sync(self, enabled: bool) -> None:
+        """Reduce gradients across ranks on this micro-batch's backward or not."""
+
+    def _zero_grad(self) -> None:
+        """Clear gradients before a step's first micro-batch."""
+
+    def _optimizer_step(self) -> float:
+        """Clip, step the optimizer and the LR schedule; returns the gradient norm."""
+        raise NotImplementedError
+
+    def _full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, full tensor) one at a time; collective where parameters are sharded."""
+        raise NotImplementedError
+
+    # ---- setup ------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return dist.get_rank() if dist.is_initialized() else 0
+
+    @property
+    def dp_size(self) -> int:
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    def setup(self) -> None:
+        """Load the HF model and wrap it (optimizer and LR schedule included). Needs the process group."""
+        if not dist.is_initialized():
+            raise RuntimeError(f"{self.name}: call init_process_group before setup (the worker does it)")
+        self._wrap(self._load_hf())
+
+    def _load_hf(self) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+        dtype = DTYPES[self.cfg.dtype]
+        torch.manual_seed(self.seed)  # a freshly initialised value head is identical on every rank
+        if self.critic:
+            model = AutoModelForTokenClassification.from_pretrained(self.model_path, num_labels=1, dtype=dtype)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+        if self.args.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        return model.to(self.device)
+
+    def _make_optimizer(self, params: Iterable[torch.nn.Parameter]) -> tuple[torch.optim.Optimizer, Any]:
+        a = self.args
+        optimizer = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.adam_betas), eps=a.adam_eps, weight_decay=a.weight_decay)
+        return optimizer, make_lr_scheduler(optimizer, a, self.num_training_steps)
+
+    # ---- forward ----------------------------------------------------------------------------
+    def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        return model_forward(self.model, batch, self.critic, entropy)
+
+    def _micro_batches_in_step(self, n_local: int, size: int) -> int:
+        return max_micro_batches(n_local, size, self.device)
+
+    def _dummy_batch(self) -> Batch:
+        one = torch.zeros((1, 2), dtype=torch.long, device=self.device)
+        return Batch({"input_ids": one, "attention_mask": torch.ones_like(one)})
+
+    @torch.no_grad()
+    def _forward_only(self, batch: Batch, key: str) -> torch.Tensor:
+        self.model.eval()
+        size = max(1, self.cfg.infer_batch_size)
+        parts = batch.to(self.device).split(size) if len(batch) else []
+        n_steps = self._micro_batches_in_step(len(batch), size)
+        outs = []
+        for i in range(n_steps):
+            # a rank with fewer rows (or none) runs a throw-away micro-batch to keep collectives in step
+            mb = parts[i] if i < len(parts) else (parts[0] if parts else self._dummy_batch())
+            lp, extra = self._forward(mb)
+            if i < len(parts):
+                outs.append((extra["values"] if key == "values" else lp).float().cpu())
+        self.model.train()
+        if not outs:
+            return torch.zeros_like(batch["input_ids"], dtype=torch.float32)
+        width = batch["input_ids"].shape[1]
+        return torch.cat([F.pad(o, (0, width - o.shape[1])) for o in outs], dim=0)
+
+    def logprobs(self, batch: Batch) -> torch.Tensor:
+        if self.critic:
+            raise RuntimeError("logprobs() on a critic; use values()")
+        return self._forward_only(batch, "logprobs")
+
+    def values(self, batch: Batch) -> torch.Tensor:
+        if not self.critic:
+            raise RuntimeError("values() needs the critic variant (critic=True)")
+        return self._forward_only(batch, "values")
+
+    # ---- training -----------------------------------------------------------------------------
+    def train_step(self, batch: Batch, loss_fn: Any) -> dict[str, float]:
+        if len(batch) == 0:
+            raise ValueError("train_step on an empty batch")
+        batch = batch.to(self.device)
+        size = max(1, self.args.per_device_train_batch_size)
+        micro = batch.split(size)
+        n_micro = self._micro_batches_in_step(len(batch), size)
+        if n_micro != len(micro):
+            raise ValueError(f"train_step: ranks got different numbers of micro-batches ({len(micro)} here, {n_micro} max); "
+                             "the mini-batch must split evenly across data-parallel ranks")
+        global_tokens, global_seqs = global_loss_normalizers(batch, self.device)
+        need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
+        self.model.train()
+        self._zero_grad()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        metric_sums: dict[str, float] = {}
+        for i, mb in enumerate(micro):
+            mb.meta.update(global_num_tokens=global_tokens, global_num_seqs=global_seqs, dp_size=self.dp_size,
+                           micro_batch_index=i, num_micro_batches=len(micro))
+            self._set_grad_sync(i == len(micro) - 1)  # reduce gradients once, on the last micro-batch
+            logprobs, extra = self._forward(mb, entropy=need_entropy)
+            loss, metrics = loss_fn(mb, extra["values"] if self.critic else logprobs, extra)
+            # The loss is this rank's share of the mini-batch loss (global normalisers); the
+            # backends average gradients over ranks, so scale by dp_size to get their sum.
+            self._backward(loss * self.dp_size)
+            loss_sum += loss.detach().double()
+            for k, v in (metrics or {}).items():
+                metric_sums[k] = metric_sums.get(k, 0.0) + float(v)
+        lr = self.scheduler.get_last_lr()[0]
+        grad_norm = self._optimizer_step()
+        if not math.isfinite(grad_norm):
+            self.nonfinite_grad_steps += 1
+            logger.warning("%s: non-finite grad norm %s at step %d", self.name, grad_norm, self.step)
+        self.step += 1
+        dist.all_reduce(loss_sum)  # the ranks' shares add up to the mini-batch loss
+        out = reduce_step_metrics(metric_sums, len(micro), self.dp_size, self.device)
+        out.update(loss=float(loss_sum), grad_norm=grad_norm, lr=lr, nonfinite_grad_steps=float(self.nonfinite_grad_steps))
+        return out
+
+    # ---- weight sync ----------------------------------------------------------------------------
+    def named_parameters_for_sync(self, bucket_size_mb: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        with torch.no_grad():
+            yield from bucket_tensors(self._full_parameters(), bucket_size_mb)
