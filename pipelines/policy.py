@@ -31,7 +31,7 @@ from roll.algorithms import (
 )
 from roll.config.schema import PipelineConfig
 from roll.data.batch import Batch
-from roll.distributed.cluster import WorkerError
+from roll.distributed.cluster import WorkerDiedError, WorkerError
 from roll.distributed.model_update import ModelUpdateGroup
 from roll.distributed.resource_pool import make_plan
 from roll.config.validate import ConfigError
@@ -102,6 +102,14 @@ def batch_advantages(batch: Batch, alg: Any, kl_ctl: Any) -> dict[str, float]:
     return metrics
 
 
+def _state_lost(cluster: Any) -> None:
+    """A trainer group Ray restarted has lost its weights and optimizer state: stop the run (a
+    resume from the last checkpoint continues it) rather than train on from the pretrained model."""
+    raise WorkerDiedError(cluster.role, list(range(cluster.world_size)),
+                          "restarted after a failure: its weights and optimizer state are gone; "
+                          "resume from the last checkpoint (resume_from_checkpoint=true)")
+
+
 class PolicyTrainer:
     """Builds the policy roles through ``make_cluster`` and runs the training phases."""
 
@@ -119,6 +127,9 @@ class PolicyTrainer:
         self.reference = make_cluster("reference", ReferenceWorker, cfg.reference) if cfg.reference is not None else None
         self.critic = (make_cluster("critic", CriticWorker, cfg.critic, num_training_steps=steps["critic"] * cfg.max_steps)
                        if cfg.critic is not None else None)
+        for cluster in (self.actor_train, self.critic):
+            if cluster is not None:  # a restarted trainer holds pretrained weights: never train on from them
+                cluster.on_restart = _state_lost
         self.model_update = ModelUpdateGroup(self.actor_train, [self.actor_infer], cfg.model_update_buffer_size_mb)
         self.version = 0
         """Weight version the inference workers serve (= training steps it includes)."""
@@ -164,6 +175,15 @@ class PolicyTrainer:
         return {f"system/restarts/{cl.role}": float(cl.restarts) for cl in roles if cl is not None}
 
     # ---- phases ----------------------------------------------------------------------------------
+    def train_on(self, batch: Batch) -> dict[str, float]:
+        """Every pipeline's training phases on a rollout batch, in order: reference_logprobs ->
+        old_logprobs -> critic_values -> advantages -> train_critic -> train_actor."""
+        metrics: dict[str, float] = {}
+        for phase in (self.reference_logprobs, self.old_logprobs, self.critic_values, self.advantages,
+                      self.train_critic, self.train_actor):
+            metrics.update(phase(batch))
+        return metrics
+
     def reference_logprobs(self, batch: Batch) -> dict[str, float]:
         if self.reference is None:
             return {}

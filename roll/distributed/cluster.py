@@ -32,8 +32,10 @@ call that was running fails rather than silently re-running). A call fails with
 forever. The next call first waits for restarted actors and runs ``setup`` again. A
 ``collective`` cluster (torch.distributed group, e.g. the trainer) cannot lose one member: the
 survivors are killed too (Ray restarts them) and the whole group re-rendezvous; restarted
-trainers start from the pretrained weights, so the pipeline reloads its last checkpoint
-(``on_restart`` callback, ``restarts`` counter).
+trainers start from the pretrained weights, so the policy pipelines stop the run there
+(``on_restart`` callback; a resume continues from the last checkpoint; ``restarts`` counter).
+A rank reported dead that still answers with its old process (unreachable for a while) is
+killed, so that it restarts like a dead one.
 """
 from __future__ import annotations
 
@@ -280,6 +282,7 @@ class Cluster:
         deadline = time.monotonic() + self.setup_timeout_s
         for rank in sorted(restarted):
             # wait for the NEW process: a killed actor may still answer once before it goes
+            old_answers = 0
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -288,6 +291,13 @@ class Cluster:
                     info = ray.get(self.workers[rank].ping.remote(), timeout=max(1.0, left))
                     if info["pid"] != self._pids[rank]:
                         break
+                    old_answers += 1
+                    if old_answers == 5 and rank in self._dead:
+                        # reported dead (ActorUnavailableError: unreachable for a while, e.g. on an
+                        # overloaded machine) but alive: Ray will not restart it, so do it now;
+                        # its state after the failed call is not trusted
+                        logger.warning("%s rank %d was reported dead but answers: restarting it", self.role, rank)
+                        ray.kill(self.workers[rank], no_restart=False)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                     pass
                 except ray.exceptions.GetTimeoutError as e:

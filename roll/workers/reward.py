@@ -262,6 +262,7 @@ class RewardClient:
             stats = ray.get([w.stats.remote() for w in cluster.workers], timeout=60)
             hung = [s["hung"] for s in stats]
             metrics[f"reward/{name}/hung_calls"] = float(sum(hung))
+            metrics[f"reward/{name}/crash_recoveries"] = float(self.restarts[name])
             for rank, h in enumerate(hung):
                 if limit > 0 and h >= limit:
                     logger.warning("reward.%s rank %d holds %d hung calls: restarting it", name, rank, h)
@@ -273,8 +274,6 @@ class RewardClient:
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for name, n in self.restarts.items():
-            out[f"reward/{name}/crash_recoveries"] = float(n)
         for tag, c in self.counts.items():
             n = max(1, c["samples"])
             out[f"reward/{tag}/failed"] = float(c["failed"])
