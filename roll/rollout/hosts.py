@@ -39,13 +39,15 @@ async def call_host(host: Any, method: str, *args: Any) -> Any:
 class HostPool:
     """Load-balanced env hosts with death detection and restart (see the module docstring)."""
 
-    def __init__(self, hosts: Sequence[Any], recover_timeout_s: float = 120.0, name: str = "rollout"):
+    def __init__(self, hosts: Sequence[Any], recover_timeout_s: float = 120.0, name: str = "rollout",
+                 max_restarts: int = -1):
         if not hosts:
             raise ValueError("a rollout scheduler needs at least one environment worker")
         self.hosts = list(hosts)
         self.name = name
         self.load = [0] * len(self.hosts)
         self.epoch = [0] * len(self.hosts)  # bumped at each death: calls tied to the old process fail
+        self.max_restarts = max_restarts  # Ray's budget per host (-1: unlimited); past it a death is final
         self.down: set[int] = set()  # died; recovering
         self.lost: set[int] = set()  # died and did not come back
         self.recover_timeout_s = recover_timeout_s
@@ -111,10 +113,12 @@ class HostPool:
         self.epoch[i] += 1
         self.down.add(i)
         logger.error("%s environment worker %d died (%s); waiting for its restart", self.name, i, type(error).__name__ if error else "")
-        if hasattr(getattr(self.hosts[i], "ping", None), "remote"):
+        if not hasattr(getattr(self.hosts[i], "ping", None), "remote"):
+            self._give_up(i, "not a Ray actor")  # in-process hosts do not restart
+        elif 0 <= self.max_restarts < self.epoch[i]:
+            self._give_up(i, f"out of restarts (max_worker_restarts={self.max_restarts})")
+        else:
             self._recovering[i] = asyncio.get_running_loop().create_task(self._recover(i))
-        else:  # in-process hosts do not restart
-            self._give_up(i, "not a Ray actor")
 
     async def _recover(self, i: int) -> None:
         """Wait for Ray's restart, replay the settings, serve again."""
