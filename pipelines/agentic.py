@@ -66,9 +66,10 @@ class AgenticPipeline(BasePipeline):
         if greedy:
             gen = dataclasses.replace(cfg.actor_infer.generating_args, do_sample=False)
             cfg = dataclasses.replace(cfg, actor_infer=dataclasses.replace(cfg.actor_infer, generating_args=gen))
+        role = "env.train" if not validation else "env.val_greedy" if greedy else "env.val"  # the planner's names
         return ThreadedScheduler(lambda: build_rollout_scheduler(
             cfg, self.policy.actor_infer.workers, self.model_path, validation=validation,
-            use_ray=cfg.train_env_manager.num_env_workers > 0))
+            use_ray=cfg.train_env_manager.num_env_workers > 0, role=role, make_cluster=self.make_cluster))
 
     # ================================================================ one step
     def train_step(self, step: int) -> dict[str, float]:
@@ -165,7 +166,6 @@ class AgenticPipeline(BasePipeline):
                     sched.close()
                 except Exception as e:  # closing must not hide the run's own error
                     logger.warning("rollout scheduler shutdown failed: %s", e)
-                self.actors.extend(h for h in sched.scheduler.hosts if hasattr(h, "_actor_id"))
         super().shutdown()
 
     def status_line(self, metrics: dict[str, float]) -> str:

@@ -30,11 +30,11 @@ from roll.algorithms import (
     make_critic_loss_fn,
 )
 from roll.config.schema import PipelineConfig
+from roll.config.validate import ConfigError
 from roll.data.batch import Batch
 from roll.distributed.cluster import WorkerDiedError, WorkerError
 from roll.distributed.model_update import ModelUpdateGroup
 from roll.distributed.resource_pool import make_plan
-from roll.config.validate import ConfigError
 from roll.utils.logging import get_logger
 from roll.workers.actor import ActorWorker
 from roll.workers.critic import CriticWorker

@@ -43,8 +43,9 @@ def test_decaying_lr_in_step_mode_needs_num_training_steps():
 @pytest.mark.parametrize("mapping, tp, dp", [("0-3", 2, 2), ("0-3", 1, 4), (None, 2, 2)])
 def test_one_dp_size_for_plan_and_lr_schedule(mapping, tp, dp):
     """The LR schedule length uses the plan's dp (world / (tp x pp)), not the worker count."""
-    from roll.config.schema import PipelineConfig
     from roll.pipelines.policy import optimizer_steps_per_step
+
+    from roll.config.schema import PipelineConfig
 
     cfg = PipelineConfig()
     role = cfg.actor_train
@@ -58,3 +59,16 @@ def test_one_dp_size_for_plan_and_lr_schedule(mapping, tp, dp):
     per_step = ta.per_device_train_batch_size * ta.gradient_accumulation_steps * dp
     want = max(1, -(-cfg.rollout_batch_size // per_step)) * cfg.algorithm.ppo_epochs
     assert optimizer_steps_per_step(cfg)["actor"] == want
+
+
+def test_env_workers_reserve_their_configured_cpus():
+    """The planner reserves num_cpus_per_env_worker per env worker (one role per scheduler)."""
+    from roll.config.schema import PipelineConfig
+
+    cfg = PipelineConfig()
+    if cfg.pipeline != "agentic":
+        pytest.skip("the default pipeline is not agentic")
+    cfg.train_env_manager.num_env_workers, cfg.train_env_manager.num_cpus_per_env_worker = 3, 0.25
+    plan = make_plan(cfg)
+    env = plan.roles["env.train"]
+    assert (env.num_workers, env.num_cpus_per_worker) == (3, 0.25)

@@ -31,13 +31,17 @@ def build_rollout_scheduler(
     *,
     validation: bool = False,
     use_ray: bool = True,
+    role: str | None = None,
+    make_cluster: Callable[..., Any] | None = None,
 ) -> RolloutScheduler:
     """The train (or validation) scheduler of a PipelineConfig.
 
     ``inference_workers``: Ray actor handles of the inference role (or local strategy
     objects with ``use_ray=False``); ``tokenizer``: a model path (needed with Ray: each env
-    worker loads it) or a tokenizer object (in-process). Env failures are logged to
-    ``<output_dir>/env_errors.log``."""
+    worker loads it) or a tokenizer object (in-process). With Ray the env workers are a
+    Cluster of ``role`` (default ``env.train`` / ``env.val``, the planner's names) built by
+    ``make_cluster`` (a pipeline's: placed by its resource pool, shut down with it). Env
+    failures are logged to ``<output_dir>/env_errors.log``."""
     mcfg = config.val_env_manager if validation else config.train_env_manager
     if mcfg is None:
         raise ValueError("validation needs val_env_manager in the config")
@@ -53,7 +57,11 @@ def build_rollout_scheduler(
         on_weight_update=config.rollout.on_weight_update, imports=list(config.imports),
     )
     if use_ray:
-        hosts = create_env_workers(mcfg.num_env_workers, mcfg.num_cpus_per_env_worker, mcfg.max_worker_restarts, **kwargs)
+        if make_cluster is None:
+            raise ValueError("build_rollout_scheduler: Ray env workers need make_cluster (the pipeline's, which "
+                             "places them in its resource pool and shuts them down)")
+        role = role or ("env.val" if validation else "env.train")
+        hosts = list(create_env_workers(role, mcfg, make_cluster, **kwargs).workers)
     else:
         hosts = [EnvironmentWorker(**kwargs)]
     tok = tokenizer

@@ -37,6 +37,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
+from roll.strategies.hf_train import (
+    bucket_tensors,
+    lr_factor,
+    position_ids_for,
+    sampling_temperatures,
+)
 from roll.strategies.megatron_convert import (
     DecoderLayout,
     gather_from_tp,
@@ -44,7 +50,6 @@ from roll.strategies.megatron_convert import (
     local_to_global,
     megatron_full_to_hf,
 )
-from roll.strategies.hf_train import bucket_tensors, lr_factor, position_ids_for, sampling_temperatures
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)

@@ -60,9 +60,10 @@ from typing import Any
 
 import torch
 
-from roll.strategies.hf_train import DTYPES, HFTrainStrategy
 # the forward and process-group helpers lived here first; callers still import them from here
 from roll.strategies.hf_train import (  # noqa: F401
+    DTYPES,
+    HFTrainStrategy,
     forward_logprobs,
     init_process_group,
     lr_factor,

@@ -13,8 +13,8 @@ turn. Weight updates go through ``suspend`` / ``set_policy_version`` / ``resume`
 from __future__ import annotations
 
 import asyncio
-import os
 import importlib
+import os
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -258,13 +258,23 @@ def _close_quietly(env: Any) -> None:
 
 
 class EnvironmentWorkerActor(EnvironmentWorker):
-    """The Ray actor form: its arguments arrive as one object put by the creator, which keeps
-    it referenced for as long as the workers live. Ray restarts an actor from its creation
-    arguments, and arguments that Ray itself moved to the object store (large ones) can be
-    evicted and make a restart fail; an object the creator holds cannot."""
+    """The Ray actor form, created through :class:`roll.distributed.cluster.Cluster` (placement
+    and CPUs from the resource pool). Its arguments arrive as one object put by the creator,
+    which keeps it referenced for as long as the workers live: Ray restarts an actor from its
+    creation arguments, and arguments that Ray itself moved to the object store (large ones) can
+    be evicted and make a restart fail; an object the creator holds cannot."""
 
-    def __init__(self, name: str, kwargs: dict[str, Any]):
-        super().__init__(name=name, **kwargs)
+    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, creation_args: dict[str, Any],
+                 model_path: str | None = None, seed: int = 0):
+        # model_path / seed are the pipeline's usual worker arguments: the tokenizer comes in
+        # creation_args and seeds come with each episode
+        super().__init__(name=f"{role}-{rank}", **creation_args)
+
+    async def master_address(self) -> tuple[str, int]:
+        return "", 0  # env workers form no process group
+
+    async def setup(self, master_addr: str, master_port: int) -> None:
+        """Everything is built in __init__ (again on a restart); the host pool replays settings."""
 
 
 _CREATION_ARGS: dict[str, Any] = {}
@@ -276,23 +286,36 @@ def release_creation_args(handle: Any) -> None:
     _CREATION_ARGS.pop(getattr(getattr(handle, "_actor_id", None), "hex", lambda: "")(), None)
 
 
-def create_env_workers(num_workers: int, num_cpus: float = 1.0, max_restarts: int = 3, **worker_kwargs: Any) -> list[Any]:
-    """``num_workers`` EnvironmentWorker Ray actors (async actors: many episodes each).
+def env_worker_config(mcfg: Any) -> Any:
+    """The Cluster settings of an env manager's workers: ``num_env_workers`` actors of
+    ``num_cpus_per_env_worker`` CPUs, restarted by Ray up to ``max_worker_restarts`` times, each
+    taking as many concurrent calls as episodes may run at once."""
+    from roll.config.roles import WorkerConfig
+
+    return WorkerConfig(world_size=mcfg.num_env_workers, num_cpus_per_worker=mcfg.num_cpus_per_env_worker,
+                        max_concurrency=mcfg.max_concurrent_episodes, max_restarts=mcfg.max_worker_restarts)
+
+
+def create_env_workers(role: str, mcfg: Any, make_cluster: Any = None, **worker_kwargs: Any) -> Any:
+    """The env manager ``mcfg``'s EnvironmentWorker actors as a Cluster of ``role`` (async
+    actors: many episodes each); ``cluster.workers`` are the scheduler's hosts.
 
     ``worker_kwargs`` are EnvironmentWorker's arguments; pass the tokenizer as a model path
-    and inference workers as Ray actor handles. The CPU reservation comes from the config
-    (``EnvManagerConfig.num_cpus_per_env_worker``). A crashed worker is restarted by Ray up to
-    ``max_restarts`` times; the scheduler's host pool replays its settings, and episodes that
-    were running on it are retried."""
+    and inference workers as Ray actor handles. ``make_cluster`` (a pipeline's: placed by its
+    resource pool, shut down with it) builds the Cluster; without it the workers get their CPUs
+    without a pool and the caller shuts the cluster down. A crashed worker is restarted by Ray
+    up to ``max_worker_restarts`` times; the scheduler's host pool replays its settings, and
+    episodes that were running on it are retried."""
     import ray
 
-    actor_cls = ray.remote(EnvironmentWorkerActor)
+    from roll.distributed.cluster import Cluster
+
+    wc = env_worker_config(mcfg)
     args = ray.put(worker_kwargs)
-    handles = [
-        actor_cls.options(num_cpus=num_cpus, max_concurrency=10_000, max_restarts=max_restarts, max_task_retries=0)
-        .remote(f"env-worker-{i}", args)
-        for i in range(num_workers)
-    ]
-    for h in handles:
+    if make_cluster is not None:
+        cluster = make_cluster(role, EnvironmentWorkerActor, wc, creation_args=args)
+    else:
+        cluster = Cluster(role, EnvironmentWorkerActor, wc, None, worker_kwargs={"creation_args": args}, collective=False)
+    for h in cluster.workers:
         _CREATION_ARGS[h._actor_id.hex()] = args
-    return handles
+    return cluster

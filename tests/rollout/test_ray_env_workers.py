@@ -19,12 +19,15 @@ def test_ray_env_workers_survive_a_dead_worker(ray_cluster, tok, tiny_model_dir)
 
     cloudpickle.register_pickle_by_value(rollout_fakes)  # test-only module, unknown to Ray workers
     envs = {"cd": EnvConfig(env_id="rolltest/Countdown-v0", max_turns=4)}
-    mcfg = EnvManagerConfig(group_size=2, max_episode_retries=3)
+    mcfg = EnvManagerConfig(group_size=2, max_episode_retries=3, num_env_workers=2, num_cpus_per_env_worker=0)
     infer = ray.remote(rollout_fakes.ScriptedClient).options(num_cpus=0, max_concurrency=1000).remote(
         tok, token_latency_s=0.004, length_fn=lambda p, s: 20)
-    hosts = create_env_workers(2, num_cpus=0, env_configs=envs, manager_config=mcfg,
-                               generating_args=GeneratingArgs(max_new_tokens=32), tokenizer=tiny_model_dir,
-                               inference_workers=[infer], setup=rollout_fakes.register_test_envs)
+    cluster = create_env_workers("env.train", mcfg, env_configs=envs, manager_config=mcfg,
+                                 generating_args=GeneratingArgs(max_new_tokens=32), tokenizer=tiny_model_dir,
+                                 inference_workers=[infer], setup=rollout_fakes.register_test_envs)
+    hosts = cluster.workers
+    # the configured restart budget and concurrency reach the actors through the Cluster
+    assert cluster.max_restarts == mcfg.max_worker_restarts and cluster.world_size == 2
 
     async def main():
         sched = RolloutScheduler(envs, mcfg, RolloutConfig(mode="async", get_batch_timeout_s=60), hosts,
@@ -39,7 +42,10 @@ def test_ray_env_workers_survive_a_dead_worker(ray_cluster, tok, tiny_model_dir)
         return first, second, third
 
     t0 = time.monotonic()
-    first, second, third = asyncio.run(main())
+    try:
+        first, second, third = asyncio.run(main())
+    finally:
+        cluster.shutdown()
     assert time.monotonic() - t0 < 60
     for out in (first, second, third):
         assert all(t.failure is None for t in out.trajectories)
