@@ -78,14 +78,8 @@ class AgenticPipeline(BasePipeline):
         rollout = self.collect_rollouts(step)
         metrics.update(rollout.metrics)
         self.check_rollout(step, rollout, metrics)
-        batch, policy = rollout.batch, self.policy
-        metrics.update(policy.reference_logprobs(batch))
-        metrics.update(policy.old_logprobs(batch))
-        metrics.update(policy.critic_values(batch))
-        metrics.update(policy.advantages(batch))
-        metrics.update(policy.train_critic(batch))
-        metrics.update(policy.train_actor(batch))
-        metrics.update(policy.restart_metrics())
+        metrics.update(self.policy.train_on(rollout.batch))
+        metrics.update(self.policy.restart_metrics())
         self.dump_trajectories(step, rollout)
         return metrics
 

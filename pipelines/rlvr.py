@@ -8,9 +8,9 @@ One step, each phase a method below:
       -> reference_logprobs -> old_logprobs -> critic_values -> advantages -> train_critic
       -> train_actor -> (checkpoint, validation per domain: BasePipeline)
 
-The training phases are the shared `PolicyTrainer`'s (pipelines/policy.py), as in the agentic
-pipeline: the batch built here has the same fields as
-``roll.data.trajectory.trajectories_to_batch`` (a response is a one-turn episode). No
+The training phases are the shared `PolicyTrainer`'s (pipelines/policy.py, ``train_on``), as
+in the agentic pipeline, on a batch built like the agentic one: by
+``roll.data.trajectory.trajectories_to_batch``, a response being a one-turn trajectory. No
 algorithm maths lives here.
 
 Failures: a response whose reward function raised or timed out, whose reward worker died, or
@@ -193,13 +193,7 @@ class RLVRPipeline(BasePipeline):
         if batch is None:
             self.dump_samples(step, None)  # the failed and filtered responses, before the run stops
         self.check_rollout(step, batch, metrics)
-        policy = self.policy
-        metrics.update(policy.reference_logprobs(batch))
-        metrics.update(policy.old_logprobs(batch))
-        metrics.update(policy.critic_values(batch))
-        metrics.update(policy.advantages(batch))
-        metrics.update(policy.train_critic(batch))
-        metrics.update(policy.train_actor(batch))
+        metrics.update(self.policy.train_on(batch))
         self.dump_samples(step, batch)
         return metrics
 

@@ -54,14 +54,20 @@ class FailureSignature:
 
 
 class EpisodeVerdict:
-    """What the scheduler does with one finished episode slot (see :func:`classify_episode`)."""
+    """What the scheduler does with one finished episode slot (:func:`classify_episode`), and
+    with its group (``READY``/``FILTERED``, answered by roll/rollout/groups.py)."""
 
     DONE = "done"            # a usable episode: it fills its slot
+    READY = "ready"          # ... the last one: the group passed the filter and is handed out
+    FILTERED = "filtered"    # ... the last one: the filter rejected the group, which is refilled
     IGNORED = "ignored"      # cancelled (redundant or dropped group): nothing to do
     RESTART = "restart"      # stale / discarded: rerun, no retry budget used
     RETRY = "retry"          # a transient failure: rerun with the same env seed, budget used
     DROP = "drop"            # retries exhausted: the group is dropped and refilled
     PERMANENT = "permanent"  # will recur: the run stops
+
+    RERUN = (RESTART, RETRY)
+    LOST = (FILTERED, DROP, PERMANENT)
 
 
 def classify_episode(failure: str | None, permanent: bool, signature: FailureSignature | None,

@@ -5,8 +5,8 @@ roll/rollout/scheduler.py (lockstep and per-sample) hand every finished episode 
 :meth:`EpisodeGroup.record` and act on its answer, so the two modes cannot drift apart: they
 differ only in *when* episodes run, never in what an outcome means. No asyncio, no Ray here.
 
-Transition table (``record(slot, trajectories)``; the slot verdict comes from
-:func:`roll.rollout.failures.classify_episode`):
+Transition table (``record(slot, trajectories)`` answers an ``EpisodeVerdict``; the slot's
+verdict comes from :func:`roll.rollout.failures.classify_episode`):
 
 =============================  ============================================  ===========
 group state, episode outcome   effect on the group                           answer
@@ -33,22 +33,6 @@ from dataclasses import dataclass, field
 
 from roll.data.trajectory import FAILURE_TYPES, Trajectory
 from roll.rollout.failures import EpisodeVerdict, FailureSignature, classify_episode
-
-
-class GroupAnswer:
-    """What the scheduler does after :meth:`EpisodeGroup.record`."""
-
-    IGNORED = "ignored"      # nothing (a cancelled episode, or the group is already settled)
-    DONE = "done"            # the slot is filled; other slots are still running
-    READY = "ready"          # the group is complete and passed the filter: hand it out
-    FILTERED = "filtered"    # the group is complete but the filter rejected it: refill
-    RESTART = "restart"      # rerun the slot, no retry budget used
-    RETRY = "retry"          # rerun the slot, one retry of its budget used
-    DROP = "drop"            # the group is dropped (retries exhausted): refill
-    PERMANENT = "permanent"  # the group is dropped and the run stops
-
-    RERUN = (RESTART, RETRY)
-    LOST = (FILTERED, DROP, PERMANENT)
 
 
 @dataclass
@@ -94,9 +78,10 @@ class EpisodeGroup:
         self.dropped = True
 
     def record(self, slot: int, trajs: Sequence[Trajectory]) -> str:
-        """Record the outcome of the episode that ran ``slot``; returns a :class:`GroupAnswer`."""
+        """Record the outcome of the episode that ran ``slot``; returns the answer, an
+        :class:`~roll.rollout.failures.EpisodeVerdict`."""
         if self.dropped or self.finished:
-            return GroupAnswer.IGNORED
+            return EpisodeVerdict.IGNORED
         failed = next((t for t in trajs if t.failure is not None), None)
         failure = failed.failure if failed is not None else None
         signature = previous = None
@@ -107,18 +92,15 @@ class EpisodeGroup:
             self.signatures[slot] = signature
         verdict = classify_episode(failure, bool(failed is not None and failed.failure_permanent), signature,
                                    previous, self.failures.get(slot, 0), self.max_retries)
-        if verdict == EpisodeVerdict.IGNORED:
-            return GroupAnswer.IGNORED
         if verdict == EpisodeVerdict.DONE:
             self.done[slot] = list(trajs)
             if not self.complete:
-                return GroupAnswer.DONE
+                return verdict
             self.finished = True
-            if self.accept is not None and not self.accept(self.trajectories()):
-                return GroupAnswer.FILTERED
-            return GroupAnswer.READY
-        if verdict in (EpisodeVerdict.RESTART, EpisodeVerdict.RETRY):
+            keep = self.accept is None or self.accept(self.trajectories())
+            return EpisodeVerdict.READY if keep else EpisodeVerdict.FILTERED
+        if verdict in EpisodeVerdict.RERUN:
             self.attempts[slot] = self.attempts.get(slot, 0) + 1  # a new sampling seed
-            return GroupAnswer.RESTART if verdict == EpisodeVerdict.RESTART else GroupAnswer.RETRY
-        self.dropped = True
-        return GroupAnswer.DROP if verdict == EpisodeVerdict.DROP else GroupAnswer.PERMANENT
+        elif verdict != EpisodeVerdict.IGNORED:
+            self.dropped = True
+        return verdict

@@ -59,8 +59,8 @@ from roll.data.trajectory import FAILURE_TYPES, Trajectory, trajectories_to_batc
 from roll.errors import RollError, RunFailedError
 from roll.registry import FILTERS
 from roll.rollout.env_manager import EpisodeSpec
-from roll.rollout.failures import ErrorLog, one_line
-from roll.rollout.groups import EpisodeGroup, GroupAnswer
+from roll.rollout.failures import EpisodeVerdict, ErrorLog, one_line
+from roll.rollout.groups import EpisodeGroup
 from roll.rollout.hosts import HostPool
 from roll.rollout.metrics import counter_metrics, episode_metrics
 from roll.utils.logging import get_logger
@@ -82,6 +82,12 @@ class RolloutBatch:
     """``kind: message`` -> failed episodes since the previous batch (retries included)."""
 
 
+_COUNTERS = {EpisodeVerdict.RESTART: "episode_restarts", EpisodeVerdict.RETRY: "episode_retries",
+             EpisodeVerdict.DROP: "groups_dropped", EpisodeVerdict.FILTERED: "groups_filtered",
+             EpisodeVerdict.PERMANENT: "failures/permanent"}
+"""What each group answer counts (besides the failure itself)."""
+
+
 class RolloutScheduler:
     """Produces training (or validation) batches of grouped episodes."""
 
@@ -99,7 +105,8 @@ class RolloutScheduler:
         self.env_configs = dict(env_configs)
         self.mcfg = manager_config
         self.rcfg = rollout_config
-        self.pool = HostPool(hosts, name="validation" if validation else "training")
+        self.pool = HostPool(hosts, name="validation" if validation else "training",
+                             max_restarts=manager_config.max_worker_restarts)
         self.hosts = self.pool.hosts
         self.pad_token_id = pad_token_id
         self.seed = seed
@@ -284,16 +291,16 @@ class RolloutScheduler:
         if isinstance(self._error, RollError):
             return  # after a permanent failure nothing is retried or refilled: get_batch raises
         answer = self._settle(group, slot, spec, trajs)
-        if answer == GroupAnswer.IGNORED:
+        if answer == EpisodeVerdict.IGNORED:
             return
-        if answer in GroupAnswer.RERUN:
+        if answer in EpisodeVerdict.RERUN:
             self._launch(group, slot)
-        elif answer in (GroupAnswer.DROP, GroupAnswer.PERMANENT) and group.running:
+        elif answer in (EpisodeVerdict.DROP, EpisodeVerdict.PERMANENT) and group.running:
             asyncio.ensure_future(self._cancel_group(group))
-        elif answer == GroupAnswer.READY:
+        elif answer == EpisodeVerdict.READY:
             self._ready[group.tag].append(group)
         self._notify()  # after PERMANENT: get_batch raises the recorded RunFailedError
-        if answer != GroupAnswer.PERMANENT:
+        if answer != EpisodeVerdict.PERMANENT:
             self._fill()
 
     def _settle(self, group: EpisodeGroup, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> str:
@@ -302,23 +309,20 @@ class RolloutScheduler:
         filtered) leaves the open groups and uses one refill, a permanent failure is recorded
         for get_batch to raise. The caller reruns, hands out or cancels."""
         answer = group.record(slot, trajs)
-        if answer == GroupAnswer.IGNORED:
+        if answer == EpisodeVerdict.IGNORED:
             return answer
         failed = next((t for t in trajs if t.failure is not None), None)
         if failed is None:
             self.counters["episodes_finished"] += 1
         else:
             self._count_failure(spec.tag, failed.failure, trajs)
-        counter = {GroupAnswer.RESTART: "episode_restarts", GroupAnswer.RETRY: "episode_retries",
-                   GroupAnswer.DROP: "groups_dropped", GroupAnswer.FILTERED: "groups_filtered",
-                   GroupAnswer.PERMANENT: "failures/permanent"}.get(answer)
-        if counter is not None:
-            self.counters[counter] += 1
-        if answer in GroupAnswer.LOST:
+        if answer in _COUNTERS:
+            self.counters[_COUNTERS[answer]] += 1
+        if answer in EpisodeVerdict.LOST:
             self._losses += 1
-        if answer in GroupAnswer.LOST or answer == GroupAnswer.READY:
+        if answer in EpisodeVerdict.LOST or answer == EpisodeVerdict.READY:
             self._groups.pop(group.group_id, None)
-        if answer == GroupAnswer.PERMANENT and self._error is None:
+        if answer == EpisodeVerdict.PERMANENT and self._error is None:
             self._error = self._permanent_error(spec, failed, repeated=not failed.failure_permanent)
         return answer
 
@@ -356,6 +360,14 @@ class RolloutScheduler:
             elif eid in self._tasks:
                 self._tasks[eid].cancel()  # still waiting for a concurrency slot
         await asyncio.gather(*(self.pool.call(h, "cancel", ids) for h, ids in by_host.items()))
+
+    def _raise_recorded_error(self) -> None:
+        """A permanent failure (RunFailedError) or a scheduler bug recorded by an episode."""
+        error, self._error = self._error, None
+        if isinstance(error, RollError):
+            raise error
+        if error is not None:
+            raise RuntimeError(f"rollout failed: {error}") from error
 
     def _notify(self) -> None:
         if self._changed is not None:
@@ -402,11 +414,7 @@ class RolloutScheduler:
         taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
         try:
             while True:
-                if self._error is not None:
-                    error, self._error = self._error, None
-                    if isinstance(error, RollError):
-                        raise error
-                    raise RuntimeError(f"rollout failed: {error}") from error
+                self._raise_recorded_error()
                 for tag in self.tags:
                     need = demand[tag] - len(taken[tag])
                     if need > 0:
@@ -466,15 +474,13 @@ class RolloutScheduler:
             pending = []
             for group, slot, spec, trajs in results:
                 answer = self._settle(group, slot, spec, trajs)
-                if answer in GroupAnswer.RERUN:
+                if answer in EpisodeVerdict.RERUN:
                     pending.append((group, slot))
-                elif answer == GroupAnswer.READY:
+                elif answer == EpisodeVerdict.READY:
                     taken[group.tag].append(group)
                 if self._error is not None:
                     break
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error
+            self._raise_recorded_error()
             pending = [(g, s) for g, s in pending if not g.dropped]
             for tag in self.tags:
                 lost = demand[tag] - len(taken[tag]) - len({id(g) for g, _ in pending if g.tag == tag})

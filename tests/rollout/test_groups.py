@@ -11,7 +11,8 @@ from rollout_fakes import FailingClient
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.data.trajectory import Trajectory
-from roll.rollout.groups import EpisodeGroup, GroupAnswer
+from roll.rollout.failures import EpisodeVerdict
+from roll.rollout.groups import EpisodeGroup
 from roll.rollout.scheduler import RolloutScheduler
 from roll.workers.environment import EnvironmentWorker
 
@@ -31,11 +32,11 @@ def group(size: int = 2, max_retries: int = 1, accept=None) -> EpisodeGroup:
 
 def test_usable_episodes_fill_slots_until_the_group_is_ready():
     g = group(size=3)
-    assert g.record(1, ok(1.0)) == GroupAnswer.DONE
-    assert g.record(0, ok(0.0)) == GroupAnswer.DONE and not g.complete
-    assert g.record(2, ok(2.0)) == GroupAnswer.READY and g.complete and g.finished
+    assert g.record(1, ok(1.0)) == EpisodeVerdict.DONE
+    assert g.record(0, ok(0.0)) == EpisodeVerdict.DONE and not g.complete
+    assert g.record(2, ok(2.0)) == EpisodeVerdict.READY and g.complete and g.finished
     assert [t.episode_return for t in g.trajectories()] == [0.0, 1.0, 2.0]  # slot order
-    assert g.record(0, ok()) == GroupAnswer.IGNORED  # a settled group takes nothing more
+    assert g.record(0, ok()) == EpisodeVerdict.IGNORED  # a settled group takes nothing more
 
 
 @pytest.mark.parametrize("keep", [True, False])
@@ -44,13 +45,13 @@ def test_the_filter_decides_between_ready_and_filtered(keep):
     g = group(accept=lambda trajs: seen.append(len(trajs)) or keep)
     g.record(0, ok())
     assert seen == []  # the filter sees complete groups only
-    assert g.record(1, ok()) == (GroupAnswer.READY if keep else GroupAnswer.FILTERED)
+    assert g.record(1, ok()) == (EpisodeVerdict.READY if keep else EpisodeVerdict.FILTERED)
     assert seen == [2] and g.finished and not g.dropped
 
 
 def test_cancelled_episodes_change_nothing():
     g = group()
-    assert g.record(0, bad("cancelled")) == GroupAnswer.IGNORED
+    assert g.record(0, bad("cancelled")) == EpisodeVerdict.IGNORED
     assert g.attempts == {} and g.failures == {} and not g.done
 
 
@@ -58,7 +59,7 @@ def test_cancelled_episodes_change_nothing():
 def test_stale_and_discarded_restart_without_using_the_budget(kind):
     g = group(max_retries=0)
     for attempt in (1, 2, 3):
-        assert g.record(0, bad(kind)) == GroupAnswer.RESTART
+        assert g.record(0, bad(kind)) == EpisodeVerdict.RESTART
         assert g.attempts[0] == attempt
     assert g.failures == {} and not g.dropped
 
@@ -66,33 +67,33 @@ def test_stale_and_discarded_restart_without_using_the_budget(kind):
 @pytest.mark.parametrize("kind", ["env_timeout", "worker_died", "inference_error", "context_overflow", "env_error"])
 def test_transient_failures_retry_until_the_budget_then_drop(kind):
     g = group(max_retries=2)
-    assert g.record(0, bad(kind, "first")) == GroupAnswer.RETRY
-    assert g.record(0, bad(kind, "second")) == GroupAnswer.RETRY
+    assert g.record(0, bad(kind, "first")) == EpisodeVerdict.RETRY
+    assert g.record(0, bad(kind, "second")) == EpisodeVerdict.RETRY
     assert (g.attempts[0], g.failures[0]) == (2, 2)
-    assert g.record(1, bad(kind, "other slot")) == GroupAnswer.RETRY  # budgets are per slot
-    assert g.record(0, bad(kind, "third")) == GroupAnswer.DROP and g.dropped
-    assert g.record(1, ok()) == GroupAnswer.IGNORED
+    assert g.record(1, bad(kind, "other slot")) == EpisodeVerdict.RETRY  # budgets are per slot
+    assert g.record(0, bad(kind, "third")) == EpisodeVerdict.DROP and g.dropped
+    assert g.record(1, ok()) == EpisodeVerdict.IGNORED
 
 
 def test_the_same_env_error_twice_from_a_slot_is_permanent():
     g = group(max_retries=5)
-    assert g.record(0, bad("env_error", "KeyError: board", turn=2)) == GroupAnswer.RETRY
-    assert g.record(1, bad("env_error", "KeyError: board", turn=2)) == GroupAnswer.RETRY  # another slot
-    assert g.record(0, bad("env_error", "KeyError: board", turn=2)) == GroupAnswer.PERMANENT and g.dropped
+    assert g.record(0, bad("env_error", "KeyError: board", turn=2)) == EpisodeVerdict.RETRY
+    assert g.record(1, bad("env_error", "KeyError: board", turn=2)) == EpisodeVerdict.RETRY  # another slot
+    assert g.record(0, bad("env_error", "KeyError: board", turn=2)) == EpisodeVerdict.PERMANENT and g.dropped
 
 
 def test_a_timeout_repeating_is_not_permanent_and_the_workers_verdict_is():
     g = group(max_retries=5)
-    assert g.record(0, bad("env_timeout", "slow", turn=1)) == GroupAnswer.RETRY
-    assert g.record(0, bad("env_timeout", "slow", turn=1)) == GroupAnswer.RETRY
-    assert g.record(1, bad("env_error", "cannot create", permanent=True)) == GroupAnswer.PERMANENT
+    assert g.record(0, bad("env_timeout", "slow", turn=1)) == EpisodeVerdict.RETRY
+    assert g.record(0, bad("env_timeout", "slow", turn=1)) == EpisodeVerdict.RETRY
+    assert g.record(1, bad("env_error", "cannot create", permanent=True)) == EpisodeVerdict.PERMANENT
 
 
 def test_a_group_dropped_from_outside_ignores_late_episodes():
     g = group()
     g.record(0, ok())
     g.drop()
-    assert g.record(1, ok()) == GroupAnswer.IGNORED and not g.complete
+    assert g.record(1, ok()) == EpisodeVerdict.IGNORED and not g.complete
 
 
 # ---- both scheduling modes on the same scripted outcomes ----------------------------------------
