@@ -1,27 +1,16 @@
 """HFTrainStrategy: the one base of the Hugging Face training strategies (torch_train's DDP and
-FSDP2, deepspeed's ZeRO), and the helpers every training backend shares.
+FSDP2, deepspeed's ZeRO), and the helpers every training backend shares (megatron included).
 
-The base owns what the backends have in common, so it cannot drift between them:
-
-- rank / dp-size properties, HF model loading (causal LM or value-head critic), AdamW and the
-  LR schedule (:func:`make_lr_scheduler`, also read by megatron through :func:`lr_factor`);
-- the forward-only pass (``logprobs`` / ``values``) in ``infer_batch_size`` chunks, with every
-  rank running as many forwards as the busiest one (sharded forwards are collective); a rank
-  with no rows runs a throw-away two-token batch and returns an empty [0, T] result;
-- the ``train_step`` micro-batch loop: global loss normalisers, per micro-batch ``meta``,
-  backward of ``loss x dp_size``, gradient sync only on the last micro-batch, one optimizer
-  step, metrics reduced over micro-batches and ranks. A non-finite gradient norm is counted
-  in ``nonfinite_grad_steps`` (metric ``actor/nonfinite_grad_steps``, cumulative; torch_train
-  and megatron skip such a step, DeepSpeed skips only fp16 overflow steps);
-- ``named_parameters_for_sync``: full parameters in buckets (:func:`bucket_tensors`, also used
-  by megatron).
-
-A backend overrides the hooks: ``_configure`` (its ``strategy_config``), ``_wrap`` (build
-``self.model``, ``self.optimizer``, ``self.scheduler`` from the loaded HF model),
-``hf_model``, ``_backward``, ``_set_grad_sync``, ``_optimizer_step`` (returns the grad norm)
-and ``_full_parameters``, plus ``save`` / ``load`` / ``offload`` / ``reload``. The contracts
-themselves (logprob alignment, micro-batching, loss normalisation) are in
-roll/strategies/torch_train.py's docstring.
+The base owns rank / dp-size properties, model loading, AdamW + LR schedule, the forward-only
+pass (every rank runs as many forwards as the busiest one, since sharded forwards are
+collective: a rank with no rows runs a throw-away two-token batch and returns [0, T]), the
+``train_step`` micro-batch loop (global loss normalisers, backward of ``loss x dp_size``,
+gradient sync on the last micro-batch only, metrics reduced over micro-batches and ranks; a
+non-finite gradient norm is counted in the cumulative ``nonfinite_grad_steps``), and bucketed
+full-parameter sync (:func:`bucket_tensors`). A backend overrides the hooks ``_configure``,
+``_wrap``, ``hf_model``, ``_backward``, ``_set_grad_sync``, ``_zero_grad``, ``_optimizer_step``
+and ``_full_parameters``, plus checkpoints and offload. The contracts (logprob alignment,
+micro-batching, loss normalisation) are in roll/strategies/torch_train.py's docstring.
 """
 from __future__ import annotations
 

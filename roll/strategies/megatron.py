@@ -37,12 +37,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
-from roll.strategies.hf_train import (
-    bucket_tensors,
-    lr_factor,
-    position_ids_for,
-    sampling_temperatures,
-)
+from roll.strategies.hf_train import bucket_tensors, lr_factor, position_ids_for, sampling_temperatures
 from roll.strategies.megatron_convert import (
     DecoderLayout,
     gather_from_tp,

@@ -60,21 +60,11 @@ from typing import Any
 
 import torch
 
+from roll.strategies.hf_train import DTYPES, HFTrainStrategy
 # the forward and process-group helpers lived here first; callers still import them from here
-from roll.strategies.hf_train import (  # noqa: F401
-    DTYPES,
-    HFTrainStrategy,
-    forward_logprobs,
-    init_process_group,
-    lr_factor,
-    make_lr_scheduler,
-    model_forward,
-    position_ids_for,
-    sampling_temperatures,
-    token_entropy,
-    token_logprobs,
-)
-
+from roll.strategies.hf_train import (forward_logprobs, init_process_group, lr_factor, make_lr_scheduler,  # noqa: F401
+                                      model_forward, position_ids_for, sampling_temperatures, token_entropy,
+                                      token_logprobs)
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
