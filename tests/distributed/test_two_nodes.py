@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +110,43 @@ def test_roll_plan_shows_the_node_of_each_slot(capsys):
     print_plan(cfg, TWO_NODES)
     out = capsys.readouterr().out
     assert "2-3 (node 0), 4-5 (node 1)" in out and "6-7 (node 1)" in out
+
+
+PIPELINE = textwrap.dedent(
+    """
+    import sys
+    import ray
+    from ray.cluster_utils import Cluster as RayCluster
+    from roll.cli import main as roll_main
+
+    nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 4})
+    nodes.add_node(num_cpus=4, num_gpus=4)
+    nodes.wait_for_nodes()
+    try:
+        rc = roll_main(["run", "configs/agentic/sokoban_cpu.yaml", "max_steps=1", "eval_steps=0", "save_steps=0",
+                        "show_progress=false", f"output_dir={sys.argv[1]}", f"ray.address={nodes.address}",
+                        "resources.device=auto", "actor_train.device_mapping=[0]", "actor_infer.device_mapping=[4]",
+                        "actor_train.world_size=null", "actor_infer.world_size=null"])
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        nodes.shutdown()
+    sys.exit(rc)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_pipeline_step_on_two_nodes(tmp_path):
+    """One agentic step with CPU strategies, the trainer on node 0's device 0 and the inference
+    worker on node 1's device 4 (about 2 minutes on a loaded 2-core machine)."""
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "run"
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    proc = subprocess.run([sys.executable, "-c", PIPELINE, str(out)], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=repo)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    step1 = {k: v for r in rows if r["step"] == 1 for k, v in r.items()}
+    assert "actor/loss" in step1 and step1["rollout/train_infer_logprob_diff"] < 1e-4
