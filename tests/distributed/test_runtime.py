@@ -118,12 +118,17 @@ def test_killed_inference_worker_reported_and_restarted(runtime, ray_cluster):
     with pytest.raises(WorkerDiedError, match="actor_infer_remote rank 0"):
         fut.get()
     assert time.monotonic() - t0 < CALL_TIMEOUT_S
-    # the next call waits for the restart and is served (fresh process: pretrained weights, version 0)
-    res = runtime.remote.call("generate", GenerationRequest("next", [5, 6], max_new_tokens=3, seed=0), mode="rank0")
-    assert len(res.output_ids) >= 1 and res.policy_version == 0
+    # the next call waits for the restart and sets the new process up, which then serves nothing
+    # until it holds the current weights (it would generate from the pretrained model otherwise)
+    from roll.errors import WorkerUnavailableError
+
+    with pytest.raises(WorkerUnavailableError, match="waiting for the current weights"):
+        runtime.remote.call("generate", GenerationRequest("next", [5, 6], max_new_tokens=3, seed=0), mode="rank0")
     assert runtime.remote.restarts == 1
-    # the weight-sync links are rebuilt for the new process and parity holds again
+    # the weight-sync links are rebuilt for the new process, it serves again and parity holds
     runtime.mu.update()
+    res = runtime.remote.call("generate", GenerationRequest("next", [5, 6], max_new_tokens=3, seed=0), mode="rank0")
+    assert len(res.output_ids) >= 1 and res.policy_version == runtime.mu.version
     assert max(runtime.parity().values()) < 1e-5
 
 
