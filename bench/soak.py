@@ -206,7 +206,7 @@ def report(r: dict, args: argparse.Namespace) -> str:
              "a random moment into the next step.", "",
              f"- steps completed: {r['steps']} of {r['target_steps']}, wall {r['wall_s']:.0f} s",
              f"- processes killed: {len(kills)} ({', '.join(f'{k} {v}' for k, v in sorted(by_target.items()))})",
-             f"- clean stops and resumes: {len(r['stops'])} (each a trainer-rank kill; exit codes "
+             f"- clean stops and resumes: {len(r['stops'])} (exit codes "
              f"{sorted({s['rc'] for s in r['stops']})}); most logged steps lost by one stop: {r['lost_steps']}",
              "- RSS slope per role, MB per 100 steps (per process, restarts excluded): "
              + ", ".join(f"{k} {v:+.1f}" for k, v in slopes.items()), ""]
