@@ -6,6 +6,9 @@ VERSION = "0.1.0"
 
 core = find_packages(include=["roll", "roll.*"])
 envs = ["roll.envs"] + ["roll.envs." + p for p in find_packages(where="envs")]
+# data folders without an __init__.py are packages too (their files are package data); listing
+# them keeps setuptools from warning that an importable folder is left out
+envs += ["roll.envs.webshop.data"]
 pipelines = ["roll.pipelines"] + ["roll.pipelines." + p for p in find_packages(where="pipelines")]
 
 package_dir = {"roll": "roll", "roll.envs": "envs", "roll.pipelines": "pipelines"}
@@ -57,6 +60,7 @@ setup(
     packages=core + envs + pipelines,
     package_dir=package_dir,
     package_data={"roll.envs": ["**/*.json", "**/*.jsonl", "**/*.txt", "**/*.json.gz"], "roll": ["py.typed"],
+                  "roll.envs.webshop.data": ["*.json"],
                   "roll.sandbox": ["init.c"],
                   "roll.viewer.static": ["*.html", "*.css", "*.js"]},
     include_package_data=True,
