@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import difflib
+import io
 import itertools
 import os
 import pickle
@@ -97,7 +98,7 @@ class RollWorkerExtension:
         elif transport == "cuda_ipc":
             weights = []
             device = torch.cuda.current_device()
-            for name, (rebuild, args) in pickle.loads(payload):
+            for name, (rebuild, args) in load_ipc_payload(payload):
                 args = list(args)
                 args[6] = device  # the handle names the sender's device index; map to ours
                 weights.append((name, rebuild(*args)))
@@ -131,6 +132,29 @@ class RollWorkerExtension:
                         method.process_weights_after_loading(module)
                         redone.add(id(module))
         return True
+
+
+class _IpcUnpickler(pickle.Unpickler):
+    """Loads a CUDA IPC weight bucket: only the globals ``reduce_tensor`` emits (the CUDA tensor
+    rebuild function, tensor/storage classes, dtypes), so the payload cannot name any other
+    callable to run."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import torch.multiprocessing.reductions as reductions
+
+        allowed = {("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): reductions.rebuild_cuda_tensor,
+                   ("torch", "Tensor"): torch.Tensor, ("torch.nn.parameter", "Parameter"): torch.nn.Parameter,
+                   ("torch.storage", "UntypedStorage"): torch.UntypedStorage, ("torch", "UntypedStorage"): torch.UntypedStorage}
+        if (module, name) in allowed:
+            return allowed[(module, name)]
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"weight payload names {module}.{name}, which a CUDA IPC bucket never holds")
+
+
+def load_ipc_payload(payload: bytes) -> list[tuple[str, tuple[Any, tuple]]]:
+    """``[(name, (rebuild_cuda_tensor, args)), ...]`` from ``_bucket_payload``'s bytes."""
+    return _IpcUnpickler(io.BytesIO(payload)).load()
 
 
 def _bucket_payload(named_tensors: list[tuple[str, torch.Tensor]]) -> tuple[bytes, str]:
