@@ -29,11 +29,11 @@ from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.data.trajectory import Trajectory
 from roll.rollout.chat import ChatRenderer
 from roll.rollout.control import CallTimeout, RolloutControl, ThreadRunner
+from roll.rollout.hosts import actor_died
 from roll.rollout.router import InferenceClient
 from roll.strategies.base import GenerationRequest
 
 TURN_TEMPLATE_FIELDS = ("turn_idx", "observation", "actions_left", "reward", "max_turns")
-_ACTOR_DIED = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
 _MAX_RESUMES_PER_TURN = 64
 
 
@@ -189,7 +189,7 @@ class EnvManager:
             try:
                 result = await self.client.generate(request)
             except Exception as e:  # typed below; the scheduler counts and refills
-                kind = "worker_died" if type(e).__name__ in _ACTOR_DIED else "inference_error"
+                kind = "worker_died" if actor_died(e) else "inference_error"
                 return self._fail(kind, f"{type(e).__name__}: {e}")
             finally:
                 self.control.request_finished(request.request_id)

@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from roll.errors import WorkerUnavailableError
+from roll.rollout.hosts import actor_died
 from roll.strategies.base import GenerationRequest, GenerationResult
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
 
-_UNAVAILABLE = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError")
 _RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 _DOWN_S = 5.0
 """How long new requests avoid a worker that failed one (a restart takes seconds)."""
@@ -39,7 +39,7 @@ _DOWN_S = 5.0
 
 def is_unavailable(e: BaseException) -> bool:
     """A worker death or a not-yet-serving restarted worker: transient for a request."""
-    return isinstance(e, WorkerUnavailableError) or type(e).__name__ in _UNAVAILABLE
+    return isinstance(e, WorkerUnavailableError) or actor_died(e)
 
 
 @runtime_checkable
