@@ -36,6 +36,7 @@ taken).
 from __future__ import annotations
 
 import copy
+import enum
 import importlib
 import os
 from collections.abc import Iterator
@@ -100,11 +101,32 @@ def make_checkpoint_loads_safe(engine: Any) -> None:
         raise ValueError(f"deepspeed: checkpoint engine {type(ckpt_engine).__name__} is not supported: roll loads "
                          "checkpoints only through TorchCheckpointEngine with weights_only=True")
     allowed = deepspeed_safe_globals()
+    save_with = ckpt_engine.save
 
     def load(path: str, map_location: Any = None) -> Any:
         return safe_torch_load(path, allowed, map_location=map_location)
 
-    ckpt_engine.load = load  # instance attribute: saving keeps DeepSpeed's own code
+    def save(state_dict: Any, path: str) -> Any:
+        return save_with(_plain_int_enums(state_dict), path)
+
+    ckpt_engine.load = load  # instance attributes: the engine's own code does the rest
+    ckpt_engine.save = save
+
+
+def _plain_int_enums(obj: Any) -> Any:
+    """``obj`` with int-valued enum members (ZeRO's ``ZeroStageEnum``) as plain ints, inside dicts,
+    lists and tuples. Python 3.11.0-3.11.4 pickle such members as ``getattr(cls, name)``, which
+    no weights_only load accepts; an int compares equal to the member, so DeepSpeed's checks on
+    load still hold. Containers are copied, tensors are not."""
+    if isinstance(obj, enum.Enum) and isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, dict):
+        return {k: _plain_int_enums(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain_int_enums(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_plain_int_enums(v) for v in obj)
+    return obj
 
 
 class DeepSpeedStrategy(HFTrainStrategy):
