@@ -97,6 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.verbose:
         os.environ["ROLL_VERBOSE"] = "1"  # the hook for the run's console output
+    if load_entry_point("roll.pipelines.chain:is_chain_file")(args.config):
+        return _run_chain(args)
     cfg = _load(args)
     # a local cluster is this machine, so its placement can be checked before anything starts;
     # a remote cluster's is checked by the pipeline once connected
@@ -113,9 +115,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_chain(args: argparse.Namespace) -> int:
+    """``roll run CHAIN.yaml``: the stages in order (roll/pipelines/chain.py), one run.log."""
+    chain, stages = load_entry_point("roll.pipelines.chain:load_chain")(args.config, args.overrides)
+    log = _RunLog(chain.output_dir)
+    args.run_log = log.path
+    try:
+        load_entry_point("roll.pipelines.chain:run_chain")(chain, stages)
+    except BaseException as e:
+        log.close(e)
+        raise
+    log.close()
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from roll.config.preflight import preflight
 
+    if load_entry_point("roll.pipelines.chain:is_chain_file")(args.config):
+        return load_entry_point("roll.pipelines.chain:main_plan")(args.config, args.overrides)
     plan_fn = load_entry_point("roll.distributed.resource_pool:print_plan")
     cfg = _load(args)
     return 0 if plan_fn(cfg, problems=preflight(cfg)) else 1

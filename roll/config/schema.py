@@ -188,3 +188,53 @@ class PipelineConfig:
     """Prompt / chat data (RLVR, SFT)."""
     source_path: Optional[str] = None
     """Set by the loader: the YAML file this config came from."""
+
+
+# ---- chains: several runs in order, each feeding the next (pipelines/chain.py) ------------------
+@dataclass
+class DemosArgs:
+    """What a `demos` stage generates (the options of `roll data demos`)."""
+
+    episodes: int = ranged(200, ge=1)
+    """Expert episodes per env tag."""
+    epsilon: float = ranged(0.5, ge=0, le=1)
+    """Share of random actions (a noisy expert gives a weak but non-zero SFT start)."""
+    tags: list[str] = field(default_factory=list)
+    """Env tags to play (empty: the stage config's train_env_manager tags)."""
+
+
+@dataclass
+class StageConfig:
+    """One stage of a chain: a pipeline config (a file and/or inline keys) and what it does with it."""
+
+    kind: Literal["run", "eval", "demos"] = "run"
+    """run: train (`roll run` of the stage config; output: its final_model); eval: validation
+    rounds only, of the stage config's model before any training (output: eval.json); demos:
+    expert demonstrations from the stage config's envs (output: demos.jsonl)."""
+    config: Optional[str] = None
+    """Pipeline YAML of the stage, relative to the chain file (null: `overrides` alone are the config)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Config keys on top of `config` (nested, or dotted like `actor_train.training_args.lr`)."""
+    input: Optional[str] = "auto"
+    """Config key that receives the output of the nearest earlier demos or run stage. auto: a
+    demos file becomes `data.train_files`, a model becomes `pretrain` (a demos stage takes no
+    input); null: nothing is fed."""
+    demos: DemosArgs = field(default_factory=DemosArgs)
+    """kind demos: episodes, epsilon and tags."""
+
+
+@dataclass
+class ChainConfig:
+    """A chain (a YAML file with `stages:`): stages that `roll run` runs in order, each in
+    `<output_dir>/<stage name>`, resumable at the right stage."""
+
+    exp_name: str = "chain"
+    """Name of the chain (stage runs are named `<exp_name>_<stage>`)."""
+    output_dir: str = "./output/${exp_name}"
+    """The chain's directory: one sub-directory per stage and chain_state.json (what finished)."""
+    seed: int = 42
+    """Seed of every stage (sets each stage config's `seed`, and the demonstrations' seed)."""
+    stages: dict[str, StageConfig] = field(default_factory=dict)
+    """Stages by name, run in the order written."""
+    source_path: Optional[str] = None
+    """Set by the loader: the YAML file this chain came from."""
