@@ -7,7 +7,7 @@ import sys
 import typing
 from pathlib import Path
 
-from roll.config.schema import PipelineConfig
+from roll.config.schema import ChainConfig, PipelineConfig
 from roll.config.validate import field_docs, field_range, type_name
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
@@ -76,8 +76,31 @@ def render() -> str:
         "  0.9; SGLang `mem_fraction_static`) add up to at most 1.0 on every device.",
         "",
     ]
+    lines += [
+        "## Chains",
+        "",
+        "A file with `stages:` at its top level is a chain (`ChainConfig` below; runner:",
+        "`pipelines/chain.py`): `roll run` runs its stages in the order written, each in",
+        "`<output_dir>/<stage name>` with the chain's `seed`, and `roll plan` lists them with what a",
+        "run would do. A stage is a pipeline config (`config:` file, inline `overrides:`, or both) and",
+        "a `kind`: `run` trains (output `final_model`), `eval` runs the validation rounds of the",
+        "untrained model (output `eval.json`), `demos` writes expert demonstrations (output",
+        "`demos.jsonl`). The output of the nearest earlier `demos` or `run` stage feeds the next stage",
+        "(`input: auto`: a demos file becomes `data.train_files`, a model `pretrain`). Every stage is",
+        "pre-flighted before anything runs (outputs that earlier stages will write are allowed to be",
+        "missing). `<output_dir>/chain_state.json` records what finished: on a rerun a finished stage",
+        "whose config, input and output are unchanged is skipped, an interrupted `run` stage resumes",
+        "from its own latest checkpoint (set `save_steps` to have some), and a stage whose config",
+        "changed or whose output is gone runs again from the start, with every stage after it.",
+        "Command-line overrides address the chain: `seed=1`, `stages.grpo.overrides.max_steps=5`.",
+        "The run ends with a summary (held-out success of each eval stage and of the first and last",
+        "validation round of each run stage, wall times, where the model, plots and report are),",
+        "also written to `<output_dir>/summary.json`.",
+        "",
+    ]
     seen: list = []
     _sections(PipelineConfig, "", seen)
+    _sections(ChainConfig, "", seen)  # chain files
     for prefixes, cls in seen:
         title = f"`{cls.__name__}`"
         where = ", ".join(f"`{p}`" for p in prefixes if p) or "the top level of a config file"
