@@ -5,7 +5,7 @@ Each bench runs in its own process, one after another (they measure the machine,
 beside another), with ``--quick`` passed through: quick runs print and never rewrite docs, full
 runs rewrite their own section of docs/benchmarks.md. The harness ends with every bench's
 RESULT line and exits non-zero if any bench failed. gpu_check (needs a CUDA GPU) and the long
-learning/soak chains run only when named.
+learning/main_job/soak chains run only when named.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["envs", "webshop", "sandbox", "rollout", "train_step", "model_update", "rlvr_learning", "learning", "soak"]
-NOT_IN_ALL = {"gpu_check", "learning", "soak", "rlvr_learning"}
+ORDER = ["envs", "webshop", "sandbox", "rollout", "train_step", "model_update", "rlvr_learning", "learning", "main_job",
+         "soak"]
+NOT_IN_ALL = {"gpu_check", "learning", "soak", "rlvr_learning", "main_job"}
 """Needs a GPU, or a chain of training runs of many minutes even with --quick."""
 
 

@@ -1,0 +1,161 @@
+"""The README's main job, measured: `roll run configs/agentic/frozenlake_main_cpu.yaml` (a chain:
+untrained baseline, demonstrations, SFT, GRPO) for several seeds, each a fresh `roll run`
+process timed from start to exit.
+
+Reported per seed: held-out success (greedy and sampled, with the standard error) of the
+untrained model, of the SFT model (the GRPO stage's step-0 validation) and after GRPO; the gain
+is RL end minus SFT start, per decoding mode; wall time per stage and in all; the load average
+of the machine before and after (the CPU is shared). Writes the ``## Main job`` section of
+docs/benchmarks.md and ends with ``RESULT main_gain_pp=... main_wall_s=...`` (the smallest gain
+over seeds and decoding modes; the longest wall).
+
+    python bench/main_job.py            # 3 seeds, one after another (about 20 minutes unloaded)
+    python bench/main_job.py --quick    # one seed, every stage tiny; prints, never writes docs
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from common import result_line, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = "configs/agentic/frozenlake_main_cpu.yaml"
+TAG = "FrozenLake"
+SECTION = "## Main job"
+QUICK = ["stages.baseline.overrides.val_batch_size=4", "stages.demos.demos.episodes=8",
+         "stages.sft.overrides.max_steps=2", "stages.grpo.overrides.max_steps=2", "stages.grpo.overrides.eval_steps=2",
+         "stages.grpo.overrides.val_batch_size=4", "stages.grpo.overrides.rollout_batch_size=8",
+         "stages.grpo.overrides.train_env_manager.group_size=4",
+         "stages.grpo.overrides.actor_train.training_args.per_device_train_batch_size=8"]
+"""--quick: the same chain, every stage as small as it goes."""
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run_seed(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
+    """One fresh `roll run` of the main chain; its summary.json plus wall and load."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "roll.cli", "run", CONFIG, f"seed={seed}", f"output_dir={out}", *extra]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    load_before = loadavg()
+    print(f"$ {shlex.join(['roll', *cmd[3:]])}   (load average {load_before})", flush=True)
+    t0 = time.perf_counter()
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        tail = (out.parent / f"{out.name}.log").read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
+    summary = json.loads((out / "summary.json").read_text())
+    return {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
+            **figures(summary)}
+
+
+def figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """Untrained, SFT start and RL end success (in %) and episodes, per decoding mode."""
+    pts = summary["points"]
+    base = next(p for p in pts if p["step"] is None)
+    rl = [p for p in pts if p["stage"] == "grpo"]
+    if len(rl) != 2:
+        raise ValueError(f"expected the grpo stage's first and last validation rounds, got {[p['label'] for p in rl]}")
+    out: dict[str, Any] = {"episodes": rl[0]["episodes"], "base_episodes": base["episodes"], "end_step": rl[1]["step"]}
+    for mode in ("greedy", "sampled"):
+        out[f"untrained_{mode}"] = 100 * base["success"][TAG][mode]
+        out[f"start_{mode}"] = 100 * rl[0]["success"][TAG][mode]
+        out[f"end_{mode}"] = 100 * rl[1]["success"][TAG][mode]
+        out[f"gain_{mode}"] = out[f"end_{mode}"] - out[f"start_{mode}"]
+    out["gain"] = min(out["gain_greedy"], out["gain_sampled"])
+    return out
+
+
+def se(pct: float, n: int) -> float:
+    p = pct / 100
+    return 100 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def section_text(runs: list[dict[str, Any]], invocation: str, result: str) -> str:
+    n = runs[0]["episodes"]
+    lines = [SECTION, "",
+             f"`{invocation}`: the README's main command, `roll run {CONFIG}`, once per seed (`seed=S`), each a",
+             "fresh process on the 2-core CPU that five other people share (the load average before and",
+             "after each run is in the table: with a load of L on 2 cores a run gets about 2/L of the",
+             "CPU). The chain: `baseline` (validation of the untrained model), `demos` (1000 expert",
+             "episodes, half the actions random), `sft` (300 steps), `grpo` (50 steps, validation at",
+             f"steps 0, 25 and 50). Held-out success on {n} FrozenLake maps never trained on (env seeds",
+             "seed+100000 on), greedy and sampled at temperature 1.0; ± is the standard error of one",
+             f"rate over {n} episodes (at most 3.1 points), so a gain has a standard error of at most 4.4.",
+             "Gain = RL end - SFT start (the grpo stage's step-0 validation), per decoding mode. Wall =",
+             "the whole `roll run` process (Ray start-up, every stage, validation rounds).", "",
+             "| seed | untrained greedy / sampled | SFT start greedy / sampled | RL end greedy / sampled | "
+             "gain greedy / sampled (pp) | wall (s): baseline, demos, sft, grpo; total | load before / after |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        st = r["summary"]["stages"]
+        walls = ", ".join(f"{st[k]['wall_s']:.0f}" for k in ("baseline", "demos", "sft", "grpo"))
+        cells = []
+        for key in ("untrained", "start", "end"):
+            nn = r["base_episodes"] if key == "untrained" else n
+            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+        lines.append(f"| {r['seed']} | {cells[0]} | {cells[1]} | {cells[2]} | {r['gain_greedy']:+.1f} / "
+                     f"{r['gain_sampled']:+.1f} | {walls}; {r['wall_s']:.0f} | {r['load_before']} / {r['load_after']} |")
+    lines += ["", "Validation rounds of the grpo stage (step: greedy / sampled, %):", ""]
+    for r in runs:
+        lines.append(f"- seed {r['seed']}: " + ", ".join(
+            f"{s}: {100 * v[TAG]['greedy']:.0f} / {100 * v[TAG]['sampled']:.0f}" for s, v in r["curve"]))
+    lines += ["", "```", result, "```", ""]
+    return "\n".join(lines)
+
+
+def curve(out: Path) -> list[tuple[int, dict[str, dict[str, float]]]]:
+    """Every validation round of the grpo stage: (step, {tag: {greedy, sampled}})."""
+    pts = []
+    for line in (out / "grpo" / "logs" / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        s = {m: row.get(f"{p}/env/{TAG}/success") for m, p in (("greedy", "val_greedy"), ("sampled", "val"))}
+        if all(v is not None for v in s.values()):
+            pts.append((int(row["step"]), {TAG: s}))
+    return pts
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 42 43 44 (--quick: 42)")
+    p.add_argument("--out", default="output/bench/main_job")
+    args = p.parse_args(argv)
+    seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
+    out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
+    runs = []
+    for seed in seeds:
+        r = run_seed(seed, out_root / f"seed-{seed}", QUICK if args.quick else [])
+        r["curve"] = curve(out_root / f"seed-{seed}")
+        runs.append(r)
+        print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
+              f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "
+              f"(greedy / sampled %; gain {r['gain_greedy']:+.1f} / {r['gain_sampled']:+.1f}), wall {r['wall_s']:.0f} s, "
+              f"load {r['load_before']} -> {r['load_after']}", flush=True)
+    (out_root / "results.json").write_text(json.dumps(runs, indent=1))
+    result = result_line({"main_gain_pp": round(min(r["gain"] for r in runs), 1),
+                          "main_wall_s": round(max(r["wall_s"] for r in runs))})
+    invocation = shlex.join(["python", "bench/main_job.py", *(argv if argv is not None else sys.argv[1:])])
+    write_section(section_text(runs, invocation, result), quick=args.quick)
+    print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
