@@ -23,7 +23,9 @@ from roll.config.validate import ConfigError, to_dict
 from roll.errors import CheckpointError
 from roll.tracking import create_tracker, resolve_trackers
 from roll.utils.checkpoint import CheckpointManager, set_rng_state, verify_checkpoint
-from roll.utils.logging import get_logger, progress
+from roll.utils.console import (VERBOSE_ENV, RunConsole, copy_worker_logs, is_verbose, link_worker_logs,
+                                own_worker_logs, run_done_line)
+from roll.utils.logging import get_logger
 
 logger = get_logger("roll.pipelines")
 
@@ -37,19 +39,28 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
 
 
 def init_ray(cfg: PipelineConfig) -> None:
-    """Start or join the Ray cluster named by ``cfg.ray`` (idempotent)."""
+    """Start or join the Ray cluster named by ``cfg.ray`` (idempotent).
+
+    Workers' output reaches this console only with ``roll run --verbose``; a local cluster's
+    worker logs are linked (and at the end copied) under ``<output_dir>/logs`` instead, and a
+    worker's error still reaches the driver as the exception of the call that failed."""
+    import logging
+
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
     env_vars = {"RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
-    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ROLL_CACHE_DIR", "RAY_AUTH_MODE", "ROLL_LOG_LEVEL"):
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "ROLL_CACHE_DIR", "RAY_AUTH_MODE", "ROLL_LOG_LEVEL",
+                VERBOSE_ENV):
         if key in os.environ:
             env_vars[key] = os.environ[key]
     runtime_env = dict(cfg.ray.runtime_env)
     runtime_env["env_vars"] = {**env_vars, **runtime_env.get("env_vars", {})}
-    kwargs: dict[str, Any] = dict(namespace=cfg.ray.namespace, runtime_env=runtime_env, log_to_driver=True)
+    verbose = is_verbose()
+    kwargs: dict[str, Any] = dict(namespace=cfg.ray.namespace, runtime_env=runtime_env, log_to_driver=verbose,
+                                  logging_level=logging.INFO if verbose else logging.WARNING)
     if cfg.ray.address:
         kwargs["address"] = cfg.ray.address
     else:
@@ -64,6 +75,7 @@ def init_ray(cfg: PipelineConfig) -> None:
         from roll.utils.reaper import start_reaper
 
         start_reaper()
+        own_worker_logs()
 
 
 class BasePipeline:
@@ -92,6 +104,7 @@ class BasePipeline:
         from roll.distributed.resource_pool import ResourcePool, validate_plan
 
         init_ray(self.cfg)
+        link_worker_logs(self.output_dir)
         validate_plan(self.cfg)
         self.pool = ResourcePool.from_config(self.cfg)
 
@@ -223,17 +236,20 @@ class BasePipeline:
 
     def run(self) -> None:
         cfg = self.cfg
+        t_run = time.perf_counter()
         resolve_trackers(cfg.tracking)  # a missing tracker package fails at start-up, before setup
         try:
             self.setup()
             if self.resume_from is not None:
                 self._restore()
             self._make_tracker()
+            console = RunConsole(cfg.exp_name, total=cfg.max_steps, start=self.start_step, bar=cfg.show_progress)
             if cfg.eval_steps and self.start_step == 0:
                 with self.timer("validation"):
-                    self.tracker.log({**self.validate(0), **self.timings}, step=0)
-            with progress(cfg.show_progress) as bar:
-                task = bar.add_task(cfg.exp_name, total=cfg.max_steps, completed=self.start_step, status="")
+                    metrics = {**self.validate(0), **self.timings}
+                self.tracker.log(metrics, step=0)
+                console.validation(0, metrics)
+            with console:
                 for step in range(self.start_step, cfg.max_steps):
                     self.timings = {}
                     t0 = time.perf_counter()
@@ -249,7 +265,7 @@ class BasePipeline:
                     metrics["timing/step"] = time.perf_counter() - t0
                     if done % max(1, cfg.logging_steps) == 0 or done == cfg.max_steps:
                         self.tracker.log(metrics, step=done)
-                    bar.update(task, completed=done, status=self.status_line(metrics))
+                    console.step(done, metrics, status=self.status_line(metrics))
             self.save_checkpoint(cfg.max_steps)
             self.finalize()
         finally:
@@ -257,6 +273,8 @@ class BasePipeline:
             if self.tracker is not None:
                 self.tracker.finish()
             self.write_plots()
+            copy_worker_logs(self.output_dir)
+        print(run_done_line(self.output_dir, cfg.max_steps - self.start_step, time.perf_counter() - t_run), flush=True)
 
     def write_plots(self) -> None:
         """PNG learning curves in ``<output_dir>/plots`` (``roll plot`` redraws them), also

@@ -97,6 +97,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.verbose:
         os.environ["ROLL_VERBOSE"] = "1"  # the hook for the run's console output
+    from roll.utils.console import quiet_console
+
+    quiet_console()  # roll's INFO lines to run.log, library warnings and bars off (roll/utils/console.py)
     if load_entry_point("roll.pipelines.chain:is_chain_file")(args.config):
         return _run_chain(args)
     cfg = _load(args)
@@ -281,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a pipeline (after the same pre-flight as plan)")
     with_config(p)
     p.add_argument("--verbose", "-v", action="store_true",
-                   help="print the traceback of a failure on the console too (it is always in OUTPUT_DIR/run.log)")
+                   help="the full metric dump, INFO logs, Ray worker output and library warnings on the console, and "
+                        "the traceback of a failure (always in OUTPUT_DIR/run.log and OUTPUT_DIR/logs)")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("plan", help="pre-flight checks, placement and batch arithmetic; fail on problems (no Ray)")

@@ -182,7 +182,7 @@ def test_expected_failure_is_one_message_and_the_traceback_is_in_run_log(tmp_pat
 def test_disk_full_is_an_expected_failure(tmp_path):
     proc, log = run_user_pipeline(tmp_path, "user_disk_full")
     assert proc.returncode == 1
-    assert "\nroll: I/O error /ckpt/step-4/model.safetensors: No space left on device\n" in proc.stderr
+    assert "roll: I/O error /ckpt/step-4/model.safetensors: No space left on device" in proc.stderr.splitlines()
     assert "Traceback" not in proc.stderr
     assert "OSError" in log.read_text()
 

@@ -74,7 +74,8 @@ def test_tracking_log_dir_overrides_default(tmp_path):
 
 def test_stdout_compact_line():
     out = io.StringIO()
-    tracker = StdoutTracker(run_name="r", log_dir="", config={}, project="p", stream=out, max_text_chars=10)
+    tracker = StdoutTracker(run_name="r", log_dir="", config={}, project="p", stream=out, max_text_chars=10,
+                            full=True)
     tracker.log({"actor/loss": 0.123456, "actor/lr": 1e-6, "reward/mean": 2.0, "plain": 1}, 7)
     tracker.log_text("trajectory/0", "x" * 50, 7)
     lines = out.getvalue().splitlines()
@@ -84,7 +85,7 @@ def test_stdout_compact_line():
 
 
 def test_stdout_text_can_be_silenced(capsys):
-    cfg = TrackingConfig(track_with=["stdout"], tracker_kwargs={"stdout": {"max_text_chars": 0}})
+    cfg = TrackingConfig(track_with=["stdout"], tracker_kwargs={"stdout": {"max_text_chars": 0, "full": True}})
     tracker = create_tracker(cfg, "r", "unused", CONFIG)
     tracker.log_text("k", "hidden", 1)
     tracker.log({"a/b": 1.5}, 1)
@@ -164,7 +165,7 @@ def test_failing_backend_is_counted_and_others_keep_logging(tmp_path):
             pass
 
     out = io.StringIO()
-    good = StdoutTracker(run_name="r", log_dir="", config={}, project="p", stream=out)
+    good = StdoutTracker(run_name="r", log_dir="", config={}, project="p", stream=out, full=True)
     group = TrackerGroup({"broken": Broken(), "stdout": good})
     for step in range(3):
         group.log({"x": step}, step)

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, TextIO
 
 from roll.registry import TRACKERS
 from roll.tracking.base import finite_or_none
+from roll.utils.console import is_verbose
 
 
 def _fmt(value: float) -> str:
@@ -29,21 +30,35 @@ def _fmt(value: float) -> str:
 
 @TRACKERS.register("stdout")
 class StdoutTracker:
-    """One compact line per step, metrics grouped by namespace (rich prints it above progress bars)."""
+    """The full metric dump on the console: one line per logged step, metrics grouped by
+    namespace, and sample texts (cut at ``max_text_chars``; 0 shows none).
+
+    Shown with ``roll run --verbose`` (``ROLL_VERBOSE=1``) or ``full: true``; by default the
+    console carries the short step lines of roll/utils/console.py instead, and this backend
+    prints nothing (the dump of a step is about 2,000 characters). ``full: false`` keeps it
+    silent even with --verbose."""
 
     requires = (None, None)
 
     def __init__(self, *, run_name: str, log_dir: str, config: dict, project: str,
-                 resume_step: Optional[int] = None, max_text_chars: int = 2000, stream: Optional[TextIO] = None):
+                 resume_step: Optional[int] = None, max_text_chars: int = 2000, full: Optional[bool] = None,
+                 stream: Optional[TextIO] = None):
         self.run_name = run_name
         self.max_text_chars = max_text_chars
+        self.full = full
         self.stream = stream
+
+    @property
+    def shown(self) -> bool:
+        return is_verbose() if self.full is None else bool(self.full)
 
     def _print(self, line: str) -> None:
         # Look sys.stdout up at each call: rich's live display swaps it while a bar is shown.
         print(line, file=self.stream or sys.stdout, flush=True)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
+        if not self.shown:
+            return
         groups: dict[str, list[str]] = {}
         for key in sorted(metrics, key=lambda k: ("/" in k, k)):  # plain keys first
             ns, _, name = key.rpartition("/")
@@ -52,7 +67,7 @@ class StdoutTracker:
         self._print(f"[step {step}] {body}")
 
     def log_text(self, key: str, text: str, step: int) -> None:
-        if self.max_text_chars <= 0:
+        if self.max_text_chars <= 0 or not self.shown:
             return
         shown = text if len(text) <= self.max_text_chars else text[: self.max_text_chars] + f"... [{len(text)} chars]"
         self._print(f"[step {step}] {key}:\n{shown}")

@@ -28,6 +28,9 @@ def setup_logging(level: str | int | None = None) -> None:
         handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
     logger.addHandler(handler)
     logger.propagate = False
+    from roll.utils.console import quiet_process
+
+    quiet_process()  # library warnings and progress bars, in the driver and in every Ray worker
 
 
 def get_logger(name: str) -> logging.Logger:

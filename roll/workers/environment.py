@@ -262,7 +262,10 @@ class EnvironmentWorkerActor(EnvironmentWorker):
     and CPUs from the resource pool). Its arguments arrive as one object put by the creator,
     which keeps it referenced for as long as the workers live: Ray restarts an actor from its
     creation arguments, and arguments that Ray itself moved to the object store (large ones) can
-    be evicted and make a restart fail; an object the creator holds cannot."""
+    be evicted and make a restart fail; an object the creator holds cannot. Small arguments (the
+    usual case: configs, a tokenizer path, actor handles) are passed by value instead: Ray keeps
+    them inline in the creation task, so a restart always has them, and it has no reason to log
+    its object-store error for restartable actors."""
 
     def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, creation_args: dict[str, Any],
                  model_path: str | None = None, seed: int = 0):
@@ -276,6 +279,9 @@ class EnvironmentWorkerActor(EnvironmentWorker):
     async def setup(self, master_addr: str, master_port: int) -> None:
         """Everything is built in __init__ (again on a restart); the host pool replays settings."""
 
+
+INLINE_ARGS_BYTES = 64 * 1024
+"""Creation arguments smaller than this go by value (below Ray's 100 KiB inline limit)."""
 
 _CREATION_ARGS: dict[str, Any] = {}
 """Actor id -> the ObjectRef of its creation arguments (see EnvironmentWorkerActor)."""
@@ -306,16 +312,24 @@ def create_env_workers(role: str, mcfg: Any, make_cluster: Any = None, **worker_
     without a pool and the caller shuts the cluster down. A crashed worker is restarted by Ray
     up to ``max_worker_restarts`` times; the scheduler's host pool replays its settings, and
     episodes that were running on it are retried."""
+    import pickle
+
     import ray
+    from ray import cloudpickle
 
     from roll.distributed.cluster import Cluster
 
     wc = env_worker_config(mcfg)
-    args = ray.put(worker_kwargs)
+    try:
+        small = len(cloudpickle.dumps(worker_kwargs)) < INLINE_ARGS_BYTES
+    except (pickle.PicklingError, TypeError, AttributeError):  # Ray's own serializer may still manage
+        small = False
+    args = worker_kwargs if small else ray.put(worker_kwargs)
     if make_cluster is not None:
         cluster = make_cluster(role, EnvironmentWorkerActor, wc, creation_args=args)
     else:
         cluster = Cluster(role, EnvironmentWorkerActor, wc, None, worker_kwargs={"creation_args": args}, collective=False)
     for h in cluster.workers:
-        _CREATION_ARGS[h._actor_id.hex()] = args
+        if not small:
+            _CREATION_ARGS[h._actor_id.hex()] = args
     return cluster

@@ -1,0 +1,54 @@
+"""What `roll run` prints, as a person (or a CI log) sees it: by default one line per step, one
+per validation round and the closing line, and nothing else (no warnings, no Ray worker
+prefixes, no progress bars off a terminal, no traceback); with --verbose also the full
+metric dump. Worker output is kept in the run directory instead."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .helpers import run_cli
+
+pytestmark = pytest.mark.integration
+
+SMALL = ["max_steps=2", "save_steps=0", "rollout_batch_size=4", "val_batch_size=4",
+         "actor_infer.generating_args.max_new_tokens=8", "show_progress=true"]
+STEP = re.compile(r"^step [12]/2 \| SimpleSokoban success \S+ return \S+ invalid \S+ \| .* s/step")
+VAL = re.compile(r"^val  [02]/2 \| sampled: SimpleSokoban success \S+ return \S+ invalid \S+$")
+
+
+def test_default_console_is_one_line_per_step(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=2", f"output_dir={out}"])
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    steps = [ln for ln in lines if STEP.match(ln)]
+    vals = [ln for ln in lines if VAL.match(ln)]
+    assert [ln.split(" |")[0] for ln in steps] == ["step 1/2", "step 2/2"], text
+    assert [ln.split(" |")[0] for ln in vals] == ["val  0/2", "val  2/2"], text
+    assert "ETA" in steps[0] and "ETA" not in steps[1]
+    assert lines[-1].startswith("done: 2 steps in ") and f"roll view {out}" in lines[-1]
+    # nothing else at all: the lines above are the whole output
+    assert len(lines) == len(steps) + len(vals) + 1, text
+    assert not re.search(r"warn", text, re.IGNORECASE), text
+    assert "(pid=" not in text and "Traceback" not in text and "\r" not in text, text
+    # the full metrics are in the files, the workers' output in the run directory
+    assert "actor/ppo_kl" in (out / "logs" / "metrics.jsonl").read_text()
+    assert (out / "logs" / "ray").is_symlink()
+    copied = list((out / "logs" / "workers").glob("*/worker-*"))
+    assert any(":actor_name:ActorWorker" in p.read_text() for p in copied)
+
+
+def test_verbose_console_has_the_metric_dump(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=0", f"output_dir={out}",
+                    "--verbose"])
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    dumps = [ln for ln in text.splitlines() if ln.startswith("[step ")]
+    assert [d.split("]")[0] for d in dumps] == ["[step 1", "[step 2"], text
+    assert all("actor: " in d and "env/SimpleSokoban: " in d and "timing: " in d for d in dumps)
+    assert len([ln for ln in text.splitlines() if STEP.match(ln)]) == 2
+    assert "INFO" in text  # roll's own log lines too
