@@ -13,11 +13,17 @@ Two layouts of a batch of ragged sequences:
 
 ``padded_to_packed`` / ``packed_to_padded`` convert between the two (a trainer packs a
 padded batch for the forward pass and scatters per-token outputs back to ``[B, T]``).
+
+Training with ``training_args.max_tokens_per_micro_batch`` (roll/strategies/hf_train.py):
+:func:`plan_packing` groups a rank's rows into micro-batches of at most that many real tokens
+(a longer row is a micro-batch of its own), and :func:`packed_forward` runs each one as one
+packed row and returns per-token logprobs / entropy / values in the padded ``[b, T]`` layout
+the loss functions read, so the loss and its global normalisers are those of the padded path.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 import torch
 
@@ -138,18 +144,19 @@ def unpack_sequences(values: torch.Tensor, cu_seqlens: torch.Tensor) -> list[tor
     return [values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def padded_to_packed(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed:
-    """A padded ``[B, T]`` batch (either side) -> packed; ``indices`` remembers where tokens came from."""
+def padded_to_packed(input_ids: torch.Tensor, attention_mask: torch.Tensor, allow_empty: bool = False) -> Packed:
+    """A padded ``[B, T]`` batch (either side) -> packed; ``indices`` remembers where tokens came
+    from. A row without real tokens is an error, or with ``allow_empty`` a zero-length sequence."""
     if input_ids.shape != attention_mask.shape:
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and mask {tuple(attention_mask.shape)} disagree")
     mask = attention_mask.bool()
     lengths = mask.sum(-1).tolist()
-    if any(n == 0 for n in lengths):
+    if not allow_empty and any(n == 0 for n in lengths):
         raise ValueError("a row of the batch has no real tokens")
     indices = torch.nonzero(mask.reshape(-1), as_tuple=False).squeeze(-1)
     return Packed(
         input_ids=input_ids.reshape(-1)[indices].unsqueeze(0),
-        position_ids=_restarting_positions(lengths).unsqueeze(0),
+        position_ids=_restarting_positions(lengths).to(input_ids.device).unsqueeze(0),
         cu_seqlens=_cu_seqlens(lengths),
         max_seqlen=max(lengths, default=0),
         indices=indices,
@@ -172,16 +179,19 @@ def packed_to_padded(values: torch.Tensor, packed: Packed, shape: tuple[int, int
     return out.reshape(b, t, *values.shape[1:])
 
 
-def plan_packing(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+def plan_packing(lengths: Sequence[int], max_tokens: int, oversize: Literal["error", "alone"] = "error") -> list[list[int]]:
     """Group sequence indices into rows of at most ``max_tokens`` tokens (first-fit decreasing).
 
     Rows and the indices inside them are in ascending order of first index, so the plan
-    is deterministic. A sequence longer than ``max_tokens`` is an error.
+    is deterministic. A sequence longer than ``max_tokens`` is an error, or with
+    ``oversize="alone"`` a row of its own (a trainer must not drop or cut a sample).
     """
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if oversize not in ("error", "alone"):
+        raise ValueError(f"oversize must be 'error' or 'alone', got {oversize!r}")
     too_long = [i for i, n in enumerate(lengths) if n > max_tokens]
-    if too_long:
+    if too_long and oversize == "error":
         raise ValueError(f"sequences {too_long} are longer than max_tokens={max_tokens}")
     bins: list[list[int]] = []
     room: list[int] = []
@@ -193,5 +203,63 @@ def plan_packing(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
                 break
         else:
             bins.append([i])
-            room.append(max_tokens - lengths[i])
+            room.append(max(max_tokens - lengths[i], 0))
     return sorted((sorted(b) for b in bins), key=lambda b: b[0])
+
+
+def packed_forward(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    loss_mask: Optional[torch.Tensor] = None,
+    temperature: Optional[torch.Tensor] = None,
+    critic: bool = False,
+    entropy: bool = False,
+    keep_logits: bool = True,
+) -> tuple[Optional[torch.Tensor], dict[str, torch.Tensor]]:
+    """One forward of a (wrapped) HF causal LM over the rows of a padded batch packed into one row.
+
+    ``input_ids`` / ``attention_mask`` [b, T] (either padding side); ``loss_mask`` [b, T] the
+    tokens whose logprobs are wanted (None: every token but each row's first); ``temperature``
+    [b] divides each row's logits (None: 1). The model gets ``[1, N]`` ids and positions
+    restarting at 0 per row and no ``attention_mask``, which transformers turns into attention
+    confined to each row (a block-diagonal causal mask for sdpa / eager; varlen boundaries for
+    flash attention), so no compute is spent on padding. With ``keep_logits`` the LM head runs
+    only where a wanted token is predicted (``logits_to_keep`` as an index tensor).
+
+    Returns ``(logprobs [b, T], extra)`` aligned like roll.strategies.hf_train.token_logprobs
+    (0 at tokens not wanted and at padding), ``extra["entropy"]`` [b, T] when asked; a critic
+    returns ``(None, {"values": [b, T]})`` (the first logit of every real token, 0 at padding).
+    """
+    b, t = input_ids.shape
+    device = input_ids.device
+    packed = padded_to_packed(input_ids, attention_mask, allow_empty=True)
+    ids, pos, n = packed.input_ids, packed.position_ids, int(packed.cu_seqlens[-1])
+    if n == 0:  # only empty rows: still run a forward (sharded forwards are collective)
+        ids, pos = input_ids[:1, :1], torch.zeros((1, 1), dtype=torch.long, device=device)
+    where = packed.indices.to(device)  # packed token j came from flat padded position where[j]
+    if critic:
+        out = model(input_ids=ids, position_ids=pos, use_cache=False)
+        values = out.logits[0, :n, 0].float()
+        return None, {"values": values.new_zeros(b * t).index_copy(0, where, values).view(b, t)}
+    wanted = torch.ones(n, dtype=torch.bool, device=device)
+    lengths = torch.as_tensor(packed.lengths, dtype=torch.long)
+    wanted[packed.cu_seqlens[:-1][lengths > 0].long().to(device)] = False  # a row's first token has no prediction
+    if loss_mask is not None:
+        wanted &= loss_mask.reshape(-1)[where].bool()
+    targets = wanted.nonzero().squeeze(-1)  # packed positions scored; their logits sit one to the left
+    kwargs = {"logits_to_keep": targets - 1} if keep_logits else {}
+    out = model(input_ids=ids, position_ids=pos, use_cache=False, **kwargs)
+    logits = (out.logits[0] if keep_logits else out.logits[0, targets - 1]).float()
+    if temperature is not None:
+        row_of_token = torch.repeat_interleave(torch.arange(b), lengths).to(device)
+        logits = logits / temperature.to(device=device, dtype=logits.dtype)[row_of_token[targets]][:, None]
+    lp = logits.gather(-1, ids[0, targets][:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    dest = where[targets]
+    extra: dict[str, torch.Tensor] = {}
+    if entropy:
+        logp = logits.log_softmax(-1)
+        ent = -(logp.exp() * logp).sum(-1)
+        extra["entropy"] = ent.new_zeros(b * t).index_copy(0, dest, ent).view(b, t)
+    return lp.new_zeros(b * t).index_copy(0, dest, lp).view(b, t), extra

@@ -6,7 +6,10 @@ pass (every rank runs as many forwards as the busiest one, since sharded forward
 collective: a rank with no rows runs a throw-away two-token batch and returns [0, T]), the
 ``train_step`` micro-batch loop (global loss normalisers, backward of ``loss x dp_size``,
 gradient sync on the last micro-batch only, metrics reduced over micro-batches and ranks; a
-non-finite gradient norm is counted in the cumulative ``nonfinite_grad_steps``), and bucketed
+non-finite gradient norm is counted in the cumulative ``nonfinite_grad_steps``; a rank with fewer
+micro-batches runs throw-away ones with a zero loss), sequence packing
+(``training_args.max_tokens_per_micro_batch``: micro-batches packed to a token budget and run as
+one packed row each, roll/data/packing.py), and bucketed
 full-parameter sync (:func:`bucket_tensors`). A backend overrides the hooks ``_configure``,
 ``_wrap``, ``hf_model``, ``_backward``, ``_set_grad_sync``, ``_zero_grad``, ``_optimizer_step``
 and ``_full_parameters``, plus checkpoints and offload. The contracts (logprob alignment,
@@ -26,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
+from roll.data.packing import packed_forward, plan_packing
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -115,10 +119,10 @@ def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool 
     return F.pad(token_logprobs(out.logits, ids[:, start:], temp), (start, 0)), extra
 
 
-def max_micro_batches(n_local: int, size: int, device: Any) -> int:
+def max_micro_batches(n_local: int, device: Any) -> int:
     """Sharded forwards (FSDP, ZeRO-3) are collective: every rank must run as many
     micro-batches as the busiest rank."""
-    n = torch.tensor([math.ceil(n_local / size)], device=device)
+    n = torch.tensor([n_local], device=device)
     dist.all_reduce(n, op=dist.ReduceOp.MAX)
     return int(n.item())
 
@@ -288,10 +292,23 @@ class HFTrainStrategy:
 
     # ---- forward ----------------------------------------------------------------------------
     def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        return model_forward(self.model, batch, self.critic, entropy)
+        if not self.args.max_tokens_per_micro_batch:
+            return model_forward(self.model, batch, self.critic, entropy)
+        return packed_forward(self.model, batch["input_ids"], batch["attention_mask"],
+                              loss_mask=batch["response_mask"] if "response_mask" in batch.tensors else None,
+                              temperature=sampling_temperatures(batch), critic=self.critic, entropy=entropy,
+                              keep_logits=_accepts_logits_to_keep(self.model))
 
-    def _micro_batches_in_step(self, n_local: int, size: int) -> int:
-        return max_micro_batches(n_local, size, self.device)
+    def _plan(self, batch: Batch, size: int) -> list[list[int]]:
+        """Row indices of each micro-batch: ``size`` rows, or packed to the token budget (a row
+        longer than the budget is a micro-batch of its own)."""
+        if self.args.max_tokens_per_micro_batch:
+            lengths = batch["attention_mask"].sum(-1).tolist()
+            return plan_packing(lengths, self.args.max_tokens_per_micro_batch, oversize="alone")
+        return [list(range(i, min(i + size, len(batch)))) for i in range(0, len(batch), size)]
+
+    def _micro_batches_in_step(self, n_local: int) -> int:
+        return max_micro_batches(n_local, self.device)
 
     def _dummy_batch(self) -> Batch:
         one = torch.zeros((1, 2), dtype=torch.long, device=self.device)
@@ -300,21 +317,16 @@ class HFTrainStrategy:
     @torch.no_grad()
     def _forward_only(self, batch: Batch, key: str) -> torch.Tensor:
         self.model.eval()
-        size = max(1, self.cfg.infer_batch_size)
-        parts = batch.to(self.device).split(size) if len(batch) else []
-        n_steps = self._micro_batches_in_step(len(batch), size)
-        outs = []
-        for i in range(n_steps):
-            # a rank with fewer rows (or none) runs a throw-away micro-batch to keep collectives in step
-            mb = parts[i] if i < len(parts) else (parts[0] if parts else self._dummy_batch())
-            lp, extra = self._forward(mb)
-            if i < len(parts):
-                outs.append((extra["values"] if key == "values" else lp).float().cpu())
+        batch = batch.to(self.device)
+        plan = self._plan(batch, max(1, self.cfg.infer_batch_size))
+        result = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
+        for i in range(self._micro_batches_in_step(len(plan))):
+            # a rank with fewer micro-batches (or no rows) runs throw-away ones to keep collectives in step
+            lp, extra = self._forward(batch.select(plan[i]) if i < len(plan) else self._dummy_batch())
+            if i < len(plan):
+                result[plan[i]] = (extra["values"] if key == "values" else lp).float().cpu()
         self.model.train()
-        if not outs:
-            return torch.zeros_like(batch["input_ids"], dtype=torch.float32)
-        width = batch["input_ids"].shape[1]
-        return torch.cat([F.pad(o, (0, width - o.shape[1])) for o in outs], dim=0)
+        return result
 
     def logprobs(self, batch: Batch) -> torch.Tensor:
         if self.critic:
@@ -331,22 +343,23 @@ class HFTrainStrategy:
         if len(batch) == 0:
             raise ValueError("train_step on an empty batch")
         batch = batch.to(self.device)
-        size = max(1, self.args.per_device_train_batch_size)
-        micro = batch.split(size)
-        n_micro = self._micro_batches_in_step(len(batch), size)
-        if n_micro != len(micro):
-            raise ValueError(f"train_step: ranks got different numbers of micro-batches ({len(micro)} here, {n_micro} max); "
-                             "the mini-batch must split evenly across data-parallel ranks")
+        plan = self._plan(batch, max(1, self.args.per_device_train_batch_size))
+        n_micro = self._micro_batches_in_step(len(plan))
         global_tokens, global_seqs = global_loss_normalizers(batch, self.device)
         need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
         self.model.train()
         self._zero_grad()
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         metric_sums: dict[str, float] = {}
-        for i, mb in enumerate(micro):
+        for i in range(n_micro):
+            self._set_grad_sync(i == n_micro - 1)  # reduce gradients once, on the last micro-batch
+            if i >= len(plan):  # fewer micro-batches than the busiest rank: a throw-away one keeps collectives in step
+                logprobs, extra = self._forward(self._dummy_batch())
+                self._backward((extra["values"] if self.critic else logprobs).sum() * 0.0)
+                continue
+            mb = batch.select(plan[i])
             mb.meta.update(global_num_tokens=global_tokens, global_num_seqs=global_seqs, dp_size=self.dp_size,
-                           micro_batch_index=i, num_micro_batches=len(micro))
-            self._set_grad_sync(i == len(micro) - 1)  # reduce gradients once, on the last micro-batch
+                           micro_batch_index=i, num_micro_batches=len(plan))
             logprobs, extra = self._forward(mb, entropy=need_entropy)
             loss, metrics = loss_fn(mb, extra["values"] if self.critic else logprobs, extra)
             # The loss is this rank's share of the mini-batch loss (global normalisers); the
@@ -362,7 +375,7 @@ class HFTrainStrategy:
             logger.warning("%s: non-finite grad norm %s at step %d", self.name, grad_norm, self.step)
         self.step += 1
         dist.all_reduce(loss_sum)  # the ranks' shares add up to the mini-batch loss
-        out = reduce_step_metrics(metric_sums, len(micro), self.dp_size, self.device)
+        out = reduce_step_metrics(metric_sums, len(plan), self.dp_size, self.device)
         out.update(loss=float(loss_sum), grad_norm=grad_norm, lr=lr, nonfinite_grad_steps=float(self.nonfinite_grad_steps))
         return out
 
