@@ -11,9 +11,11 @@ the model's forward) rather than ``model.generate`` because RL needs per-row con
 
 - per-request sampling parameters (temperature, top_k, top_p, max_new_tokens, stop strings,
   stop token ids) in the same batch;
-- per-request seeds: every row samples with its own ``torch.Generator`` seeded from
-  ``request.seed``, so a request's tokens do not depend on which other requests shared its
-  batch (up to float rounding of batched vs. unbatched matmuls);
+- per-request seeds: a row's random number at each decode step is a counter-based hash of
+  (``request.seed``, step) (:func:`seeded_uniform`), drawn for the whole batch in one
+  vectorised call and turned into a token by inverting the row's CDF, so a request's tokens
+  do not depend on which other requests shared its batch (up to float rounding of batched
+  vs. unbatched matmuls), and the decode step runs no per-row torch call;
 - ``abort(ids)``: an aborted row stops at the next decode step and returns its partial output
   with ``finish_reason="abort"`` (the rollout scheduler resumes it under new weights).
 
@@ -130,12 +132,45 @@ def filter_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.
     return logits
 
 
+_SPLITMIX = (-7046029254386353131, -4658895280553007687, -7723592293110705685)
+"""splitmix64's increment and multipliers (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+0x94D049BB133111EB) as int64: torch's int64 multiply wraps like uint64."""
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def seeded_uniform(seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """One uniform number in (0, 1) per row, [B] float64, from splitmix64 of (row seed, step):
+    ``seeds`` [B] int64. Row i's value depends only on ``seeds[i]`` and ``step``, never on the
+    other rows, so batching does not change a request's samples."""
+    inc = ((step + 1) * _SPLITMIX[0]) % 2**64  # the step's counter, wrapped to a signed int64
+    x = seeds + (inc - 2**64 if inc >= 2**63 else inc)
+    x = (x ^ _shr(x, 30)) * _SPLITMIX[1]
+    x = (x ^ _shr(x, 27)) * _SPLITMIX[2]
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 11).double() + 0.5) * (1.0 / 2**53)
+
+
+def sample_rows(samp_lp: torch.Tensor, seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """One token per row from ``softmax(samp_lp)`` by inverting its CDF at the row's
+    :func:`seeded_uniform` number: samp_lp [B, V] float (-inf outside the row's support),
+    seeds [B] int64 -> [B] long. A token of probability 0 is never drawn (its CDF step is empty)."""
+    cdf = samp_lp.double().exp().cumsum(-1)
+    target = seeded_uniform(seeds, step) * cdf[:, -1]
+    return torch.searchsorted(cdf, target[:, None], right=True)[:, 0].clamp(max=samp_lp.shape[-1] - 1)
+
+
 class HFInferStrategy:
     """Batched, per-request-seeded generation on a Hugging Face model (see module docstring)."""
 
     def __init__(self, worker_config: Any, model_path: str | None = None, *, device: str | None = None, seed: int = 0):
         opts = dict(worker_config.strategy_args.strategy_config)
-        self.max_batch_size = int(opts.pop("max_batch_size", 32))
+        # a whole RLVR step (e.g. 8 prompts x 8) fits one decode batch: on CPU one batch of 64
+        # costs about 0.6x the CPU of two batches of 32 (tiny model, bench/trl_compare.py)
+        self.max_batch_size = int(opts.pop("max_batch_size", 128))
         self.batch_wait_s = float(opts.pop("batch_wait_ms", 5.0)) / 1000.0
         if opts:
             raise ValueError(f"hf_infer: unknown strategy_config keys {sorted(opts)}; valid: max_batch_size, batch_wait_ms")
@@ -224,6 +259,13 @@ class HFInferStrategy:
         await self._queue.put(_Pending(request, fut))
         return await fut
 
+    async def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """Several requests at once (one call from a worker instead of one each): all are queued
+        together, so they share decode batches; results in request order."""
+        for r in requests:
+            self._validate(r)
+        return list(await asyncio.gather(*(self.generate(r) for r in requests)))
+
     async def abort(self, request_ids: list[str]) -> None:
         """Running or queued requests finish with their partial output and finish_reason "abort"."""
         self._aborted.update(request_ids)
@@ -285,10 +327,10 @@ class HFInferStrategy:
         greedy = [r.temperature == 0 for r in requests]
         top_k = torch.tensor([r.top_k for r in requests], dtype=torch.long, device=dev)
         top_p = torch.tensor([r.top_p for r in requests], device=dev)
-        gens = []
-        for r in requests:
-            seed = r.seed if r.seed is not None else self._rng.getrandbits(63)
-            gens.append(torch.Generator(device=dev).manual_seed(int(seed)))
+        seeds = torch.tensor([int(r.seed) % 2**63 if r.seed is not None else self._rng.getrandbits(63) for r in requests],
+                             dtype=torch.long, device=dev)
+        greedy_rows = torch.tensor(greedy, device=dev)
+        any_sampled = not all(greedy)
         stop_ids = [(set() if r.meta.get("ignore_eos") else self.eos_ids) | set(r.stop_token_ids) for r in requests]
         stop_tail = [max((len(s) for s in r.stop_strings), default=0) + 2 for r in requests]
         out_ids: list[list[int]] = [[] for _ in requests]
@@ -306,21 +348,23 @@ class HFInferStrategy:
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             raw_lp = logits.log_softmax(-1)
-            samp_lp = filter_logits(logits, temps, top_k, top_p).log_softmax(-1)
-            nxt = torch.full((n,), self.pad_id, dtype=torch.long, device=dev)
+            tok = raw_lp.argmax(-1)
+            lp = raw_lp.gather(-1, tok[:, None])[:, 0]
+            if any_sampled:
+                samp_lp = filter_logits(logits, temps, top_k, top_p).log_softmax(-1)
+                drawn = sample_rows(samp_lp, seeds, step)
+                tok = torch.where(greedy_rows, tok, drawn)
+                lp = torch.where(greedy_rows, lp, samp_lp.gather(-1, drawn[:, None])[:, 0])
+            done = torch.tensor([x is not None for x in reason], device=dev)
+            nxt = tok.masked_fill(done, self.pad_id)
+            toks, lps = tok.tolist(), lp.tolist()
             for i, r in enumerate(requests):
                 if reason[i] is not None:
                     continue
-                if greedy[i]:
-                    tok = int(raw_lp[i].argmax())
-                    lp = float(raw_lp[i, tok])
-                else:
-                    tok = int(torch.multinomial(samp_lp[i].exp(), 1, generator=gens[i]))
-                    lp = float(samp_lp[i, tok])
-                nxt[i] = tok
-                out_ids[i].append(tok)
-                out_lps[i].append(lp)
-                if tok in stop_ids[i] or r.stop_strings and self._hits_stop_string(out_ids[i], r.stop_strings, stop_tail[i]):
+                tok_i = toks[i]
+                out_ids[i].append(tok_i)
+                out_lps[i].append(lps[i])
+                if tok_i in stop_ids[i] or r.stop_strings and self._hits_stop_string(out_ids[i], r.stop_strings, stop_tail[i]):
                     reason[i] = "stop"
                 elif len(out_ids[i]) >= r.max_new_tokens:
                     reason[i] = "length"

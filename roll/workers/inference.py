@@ -5,8 +5,8 @@ constructor contract is ``cls(worker_config, model_path, seed=)``). Many ``gener
 run concurrently (``worker_config.max_concurrency``); the rollout scheduler calls
 ``worker.generate.remote(request)`` directly on ``cluster.workers``.
 
-Methods: ``generate(GenerationRequest) -> GenerationResult``, ``abort(ids)``,
-``policy_version()``, ``compute_logprobs(batch, key)`` (train/infer parity checks; strategies
+Methods: ``generate(GenerationRequest) -> GenerationResult``, ``generate_batch(requests)``,
+``abort(ids)``, ``policy_version()``, ``compute_logprobs(batch, key)`` (train/infer parity checks; strategies
 that can score), ``update_weights(named_tensors, version, last_bucket)``, ``offload``/``reload``,
 and the receiving side of roll/distributed/model_update.py (``begin_weight_update``,
 ``finish_weight_update``, ``shared_weight_layout``, ``init_weight_broadcast``,
@@ -66,6 +66,17 @@ class InferenceWorker(Worker):
             raise WorkerUnavailableError(f"{self.role} rank {self.rank} restarted: waiting for "
                                          f"{'setup' if self.strategy is None else 'the current weights'}")
         return await self.strategy.generate(request)
+
+    async def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """Several requests in one call (the RLVR pipeline sends a prompt's whole group): one Ray
+        round trip instead of one per request; the strategy still batches across calls."""
+        if self.strategy is None or not self.serving:
+            raise WorkerUnavailableError(f"{self.role} rank {self.rank} restarted: waiting for "
+                                         f"{'setup' if self.strategy is None else 'the current weights'}")
+        batch = getattr(self.strategy, "generate_batch", None)
+        if batch is not None:
+            return await batch(requests)
+        return list(await asyncio.gather(*(self.strategy.generate(r) for r in requests)))
 
     async def abort(self, request_ids: list[str]) -> None:
         if self.strategy is None:  # restarted and not set up: the requests died with the old process

@@ -9,7 +9,7 @@ import torch
 from roll.config.roles import StrategyArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.strategies.base import GenerationRequest, InferenceStrategy
-from roll.strategies.hf_infer import HFInferStrategy, filter_logits
+from roll.strategies.hf_infer import HFInferStrategy, filter_logits, sample_rows, seeded_uniform
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,61 @@ def test_shared_block_header_lock_and_version(own_strategy):
     finally:
         header.release()
         writer.close()
+
+
+def _sample_loop(probs: torch.Tensor, seeds: list[int], step: int) -> list[int]:
+    """The slow, obviously-correct inverse-CDF draw: walk each row's cumulative sum."""
+    out = []
+    for i, seed in enumerate(seeds):
+        u = float(seeded_uniform(torch.tensor([seed]), step)[0]) * float(probs[i].double().sum())
+        acc, pick = 0.0, None
+        for v, p in enumerate(probs[i].double().tolist()):
+            acc += p
+            if acc > u:
+                pick = v
+                break
+        out.append(pick if pick is not None else probs.shape[1] - 1)
+    return out
+
+
+def test_sample_rows_matches_a_loop_and_skips_masked_tokens():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=gen)
+    logits[:, ::3] = float("-inf")  # outside the support: never drawn
+    lp = logits.log_softmax(-1)
+    seeds = [0, 1, 2, 12345, 2**62 + 7, 99]
+    for step in range(20):
+        drawn = sample_rows(lp, torch.tensor(seeds), step).tolist()
+        assert drawn == _sample_loop(lp.exp(), seeds, step)
+        assert all(t % 3 != 0 for t in drawn)
+
+
+def test_seeded_uniform_is_per_row_and_uniform():
+    seeds = torch.arange(20000, dtype=torch.long)
+    u = seeded_uniform(seeds, 3)
+    assert torch.equal(u[5:7], seeded_uniform(seeds[5:7], 3))  # a row's value ignores the others
+    assert not torch.equal(u, seeded_uniform(seeds, 4))
+    assert 0 < float(u.min()) and float(u.max()) < 1
+    counts = torch.histc(u.float(), bins=10, min=0, max=1)
+    assert float((counts - 2000).abs().max()) < 200  # 10 bins of 2000 expected, ~4.5 sigma
+
+
+def test_sampled_tokens_follow_the_distribution():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    lp = probs.log()[None].expand(4000, -1)
+    drawn = sample_rows(lp, torch.arange(4000, dtype=torch.long) * 7919, 0)
+    freq = torch.bincount(drawn, minlength=4).double() / 4000
+    assert torch.allclose(freq, probs.double(), atol=0.03)
+
+
+def test_generate_batch_equals_single_requests(strategy):
+    requests = [req(f"g{i}", seed=40 + i, meta={"ignore_eos": True}) for i in range(4)] + [req("g-greedy", temperature=0.0)]
+    n0 = strategy.num_batches
+    batch = run(strategy.generate_batch(requests))
+    assert strategy.num_batches - n0 == 1
+    assert [r.request_id for r in batch] == [r.request_id for r in requests]
+    for r, got in zip(requests, batch):
+        alone = run(strategy.generate(r))
+        assert got.output_ids == alone.output_ids
+    with pytest.raises(ValueError, match="empty prompt_ids"):
+        run(strategy.generate_batch([req("ok"), req("bad", prompt=())]))
