@@ -19,6 +19,7 @@ trajectory keeps the generated ids and logprobs unchanged, which is what trainin
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _DUMMY_USER = "U"
@@ -68,17 +69,16 @@ class ChatRenderer:
     def initial_prompt(self, user_content: str) -> list[int]:
         """(system, first user turn) with the generation prompt, as ids."""
         # the episodes of a group share their env seed, hence their first prompt
-        cached = self._cache.get(("first", user_content))
-        if cached is None:
-            text = self.render_text(self._head() + [{"role": "user", "content": user_content}], add_generation_prompt=True)
-            cached = self._remember(("first", user_content), self.encode(text))
-        return list(cached)
+        return self._cached(("first", user_content), lambda: self.encode(self.render_text(
+            self._head() + [{"role": "user", "content": user_content}], add_generation_prompt=True)))
 
-    def _remember(self, key: tuple, ids: list[int]) -> list[int]:
-        if len(self._cache) >= self.cache_size:
-            self._cache.pop(next(iter(self._cache)))  # oldest first
-        self._cache[key] = ids
-        return ids
+    def _cached(self, key: tuple, render: Callable[[], list[int]]) -> list[int]:
+        ids = self._cache.get(key)
+        if ids is None:
+            if len(self._cache) >= self.cache_size:
+                self._cache.pop(next(iter(self._cache)))  # oldest first
+            ids = self._cache[key] = render()
+        return list(ids)
 
     def windowed_prompt(self, turns: list[dict[str, str]]) -> list[int]:
         """Step mode: a fresh prompt from text messages (user/assistant alternating, ending with user)."""
@@ -93,21 +93,17 @@ class ChatRenderer:
     def user_turn_delta(self, user_content: str) -> list[int]:
         """Ids the template adds for one user turn after a closed assistant turn, ending with
         the generation prompt."""
-        cached = self._cache.get(("delta", user_content))
-        if cached is not None:
-            return list(cached)
-        head = self._head()
-        full = self.render_text(
-            head + [
+        def render() -> list[int]:
+            full = self.render_text(self._head() + [
                 {"role": "user", "content": _DUMMY_USER},
                 {"role": "assistant", "content": _DUMMY_ASSISTANT},
                 {"role": "user", "content": user_content},
-            ],
-            add_generation_prompt=True,
-        )
-        if not full.startswith(self._closed_text):
-            raise ValueError("chat template rewrites history when a user turn is added; cannot append turns token-exactly")
-        return list(self._remember(("delta", user_content), self.encode(full[len(self._closed_text):])))
+            ], add_generation_prompt=True)
+            if not full.startswith(self._closed_text):
+                raise ValueError("chat template rewrites history when a user turn is added; cannot append turns token-exactly")
+            return self.encode(full[len(self._closed_text):])
+
+        return self._cached(("delta", user_content), render)
 
     def assistant_text(self, output_ids: list[int]) -> str:
         """The text of a model turn as the template would show it (end-of-turn token removed)."""

@@ -5,13 +5,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
-
-from roll.utils.logging import get_logger
-
-logger = get_logger(__name__)
 
 
 class RolloutControl:
@@ -38,12 +33,6 @@ class RolloutControl:
         self._idle = asyncio.Event()
         self._idle.set()
         self.inflight: set[str] = set()
-        self.suspensions = 0
-        self.counters: Counter = Counter()
-
-    @property
-    def suspended(self) -> bool:
-        return not self._running.is_set()
 
     async def wait_running(self) -> None:
         await self._running.wait()
@@ -60,7 +49,6 @@ class RolloutControl:
     async def suspend(self, abort: Callable[[list[str]], Any]) -> None:
         """Close the gate; then abort in-flight requests (partial/discard) or wait for them (wait)."""
         self._running.clear()
-        self.suspensions += 1
         if self.on_weight_update == "wait":
             await self._idle.wait()
         elif self.inflight:
@@ -102,13 +90,11 @@ class ThreadRunner:
                 return
             fn, args, loop, fut = item
             try:
-                value = fn(*args)
+                outcome = (True, fn(*args))
             except BaseException as e:  # handed to the awaiting coroutine, which types it
-                done, payload = _set_exception, e
-            else:
-                done, payload = _set_result, value
+                outcome = (False, e)
             try:
-                loop.call_soon_threadsafe(done, fut, payload)
+                loop.call_soon_threadsafe(_settle, fut, *outcome)
             except RuntimeError:
                 return  # the loop closed while a hung call was running: nobody is waiting
 
@@ -129,11 +115,6 @@ class ThreadRunner:
         self._queue.put(None)
 
 
-def _set_result(fut: asyncio.Future, value: Any) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+def _settle(fut: asyncio.Future, ok: bool, payload: Any) -> None:
+    if not fut.done():  # a call that timed out has nobody waiting
+        (fut.set_result if ok else fut.set_exception)(payload)

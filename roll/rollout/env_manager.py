@@ -282,7 +282,7 @@ class EnvManager:
             failure=self.failure, failure_detail=self.failure_detail, failure_traceback=self.failure_traceback,
             failure_permanent=self.failure_permanent, env_tag=self.spec.tag,
             env_id=self.cfg.env_id, group_id=self.spec.group_id, env_seed=self.spec.env_seed,
-            episode_id=self.spec.episode_id, metrics=metrics, turn_actions=list(self.turn_actions),
+            episode_id=self.spec.episode_id, turn_actions=list(self.turn_actions),
             temperature=self.gen.temperature if self.gen.do_sample else 0.0,
         )
         if self.step_mode and self.failure is None:
@@ -290,8 +290,7 @@ class EnvManager:
             samples = [s for s in self.step_samples if s.step_index < self.turn]
             for s in samples:
                 for k, v in common.items():
-                    if k not in ("metrics",):
-                        setattr(s, k, v)
+                    setattr(s, k, v)
                 s.messages = self.messages  # one shared list: the episode's text, for dumps
                 s.metrics = dict(metrics)
             return samples
@@ -300,7 +299,7 @@ class EnvManager:
             token_turns=list(self.tturns), token_versions=list(self.tversions),
             turn_versions=list(self.turn_versions[: self.turn] if self.failure is None else self.turn_versions),
             turn_rewards=list(self.turn_rewards), prompt_length=self.mask.index(1) if 1 in self.mask else len(self.mask),
-            messages=list(self.messages), **common,
+            messages=list(self.messages), metrics=metrics, **common,
         )
         return [traj]
 

@@ -55,38 +55,32 @@ class HostPool:
         self.deaths = 0
         self._settings: dict[str, tuple[str, tuple]] = {}  # key -> (method, args), replayed in order
         self._recovering: dict[int, asyncio.Task] = {}
-        self._changed: asyncio.Event | None = None
-
-    def __len__(self) -> int:
-        return len(self.hosts)
+        self._changed = asyncio.Event()  # bound to the loop that first waits on it
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.hosts)) if i not in self.down and i not in self.lost]
 
-    def _event(self) -> asyncio.Event:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        return self._changed
-
-    def pick(self) -> int:
-        """The least-loaded serving host (raises if none serves; see ``acquire`` to wait)."""
+    async def acquire(self) -> int:
+        """The least-loaded serving host, waiting while every host is recovering; its load
+        counts one more episode until :meth:`release`."""
+        while not self.live() and self._recovering:
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), timeout=self.recover_timeout_s + 5)
         live = self.live()
         if not live:
             raise RunFailedError("every environment worker died and none came back "
                                  f"(lost: {sorted(self.lost)}, recovering: {sorted(self.down - self.lost)})")
-        return min(live, key=lambda i: (self.load[i], i))
+        i = min(live, key=lambda i: (self.load[i], i))
+        self.load[i] += 1
+        return i
 
-    async def acquire(self) -> int:
-        """The least-loaded serving host, waiting while every host is recovering."""
-        while not self.live() and self._recovering:
-            ev = self._event()
-            ev.clear()
-            await asyncio.wait_for(ev.wait(), timeout=self.recover_timeout_s + 5)
-        return self.pick()
+    def release(self, i: int) -> None:
+        self.load[i] -= 1
 
-    async def call(self, i: int, method: str, *args: Any) -> tuple[bool, Any]:
-        """``(True, result)``, or ``(False, error)`` when host ``i`` died (it is then recovering)."""
-        if i in self.down or i in self.lost:
+    async def call(self, i: int, method: str, *args: Any, epoch: int | None = None) -> tuple[bool, Any]:
+        """``(True, result)``, or ``(False, error)`` when host ``i`` died (it is then recovering).
+        ``epoch``: the process the caller's episode lives in; a restarted one does not know it."""
+        if i in self.down or i in self.lost or epoch not in (None, self.epoch[i]):
             return False, None
         try:
             return True, await call_host(self.hosts[i], method, *args)
@@ -140,7 +134,7 @@ class HostPool:
             logger.warning("%s environment worker %d restarted and serving again (restart #%d)", self.name, i, self.restarts)
         finally:
             self._recovering.pop(i, None)
-            self._event().set()
+            self._changed.set()
 
     def _give_up(self, i: int, why: str) -> None:
         self.lost.add(i)

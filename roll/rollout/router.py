@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from roll.errors import WorkerUnavailableError
-from roll.rollout.hosts import actor_died
+from roll.rollout.hosts import actor_died, call_host
 from roll.strategies.base import GenerationRequest, GenerationResult
 from roll.utils.logging import get_logger
 
@@ -51,32 +51,15 @@ class InferenceClient(Protocol):
     async def abort(self, request_ids: list[str]) -> None: ...
 
 
-def _is_ray_handle(worker: Any) -> bool:
-    gen = getattr(worker, "generate", None)
-    return gen is not None and hasattr(gen, "remote")
-
-
 class _Slot:
     def __init__(self, worker: Any, bound: int):
         self.worker = worker
-        self.ray = _is_ray_handle(worker)
         self.sem = asyncio.Semaphore(bound)
         self.outstanding = 0  # in flight + waiting for the semaphore
         self.inflight = 0
         self.episodes = 0
         self.served = 0
         self.down_until = 0.0  # unavailable until then (monotonic clock)
-
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        if self.ray:
-            return await self.worker.generate.remote(request)
-        return await self.worker.generate(request)
-
-    async def abort(self, request_ids: list[str]) -> None:
-        if self.ray:
-            await self.worker.abort.remote(request_ids)
-        else:
-            await self.worker.abort(request_ids)
 
 
 class Router:
@@ -98,10 +81,6 @@ class Router:
         self.max_inflight_seen = 0
         self.unavailable_wait_s = unavailable_wait_s
         self.unavailable_retries = 0
-
-    @property
-    def num_workers(self) -> int:
-        return len(self._slots)
 
     def _pick(self, episode_id: str | None) -> int:
         if episode_id is not None and episode_id in self._sticky:
@@ -142,14 +121,73 @@ class Router:
         finally:
             self._aborted.discard(rid)
 
+    async def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        """Requests of no episode (e.g. one RLVR prompt's group), results in request order: sent
+        to one worker in ONE ``generate_batch`` call when the worker has it and the batch fits
+        the bound (one round trip instead of one per request). Otherwise, and when that call
+        finds the worker unavailable, each request goes through :meth:`generate` (its retries)."""
+        if not requests:
+            return []
+        idx = self._pick(None)
+        slot = self._slots[idx]
+        if len(requests) > self.bound or not hasattr(slot.worker, "generate_batch"):
+            return list(await asyncio.gather(*(self.generate(r) for r in requests)))
+        ids = [r.request_id for r in requests]
+        slot.outstanding += len(ids)
+        self._where.update(dict.fromkeys(ids, idx))
+        done: dict[str, GenerationResult] = {}
+        send: list[GenerationRequest] = []
+        acquired, unavailable = 0, False
+        try:
+            for _ in ids:
+                await slot.sem.acquire()
+                acquired += 1
+            for r in requests:  # aborted while queued here: the engine never sees it
+                if r.request_id in self._aborted_waiting:
+                    done[r.request_id] = GenerationResult(r.request_id, [], [], finish_reason="abort")
+                else:
+                    send.append(r)
+            slot.inflight += len(send)
+            self.max_inflight_seen = max(self.max_inflight_seen, slot.inflight)
+            self._running.update(r.request_id for r in send)
+            try:
+                if send:
+                    done.update((res.request_id, res) for res in await call_host(slot.worker, "generate_batch", send))
+                    slot.served += len(send)
+            except Exception as e:
+                if not is_unavailable(e):
+                    raise
+                unavailable = True
+            finally:
+                slot.inflight -= len(send)
+                self._running.difference_update(r.request_id for r in send)
+        finally:
+            for _ in range(acquired):
+                slot.sem.release()
+            slot.outstanding -= len(ids)
+            for rid in ids:
+                self._where.pop(rid, None)
+                self._aborted_waiting.discard(rid)
+                if not unavailable:
+                    self._aborted.discard(rid)
+        if unavailable:
+            slot.down_until = time.monotonic() + _DOWN_S
+            self.unavailable_retries += 1
+            logger.warning("inference worker %d unavailable for a batch of %d; sending its requests again", idx, len(send))
+            again = [r for r in send if r.request_id not in self._aborted]
+            for r in send:
+                if r.request_id in self._aborted:
+                    self._aborted.discard(r.request_id)
+                    done[r.request_id] = GenerationResult(r.request_id, [], [], finish_reason="abort")
+            done.update(zip([r.request_id for r in again], await asyncio.gather(*(self.generate(r) for r in again))))
+        return [done[rid] for rid in ids]
+
     def _unbind(self, episode_id: str | None) -> bool:
         """The episode's worker failed it: mark that worker down for a while, pick again.
         Returns whether the worker was serving until now (log once per outage)."""
-        idx = self._sticky.pop(episode_id, None) if episode_id is not None else None
-        if idx is None:
+        slot = self.release(episode_id)
+        if slot is None:
             return False
-        slot = self._slots[idx]
-        slot.episodes -= 1
         now = time.monotonic()
         newly = slot.down_until <= now
         slot.down_until = now + _DOWN_S
@@ -169,7 +207,7 @@ class Router:
                 self.max_inflight_seen = max(self.max_inflight_seen, slot.inflight)
                 self._running.add(request.request_id)
                 try:
-                    result = await slot.generate(request)
+                    result = await call_host(slot.worker, "generate", request)
                 finally:
                     slot.inflight -= 1
                     self._running.discard(request.request_id)
@@ -190,16 +228,19 @@ class Router:
                 by_worker.setdefault(self._where[rid], []).append(rid)
             elif rid in self._where:
                 self._aborted_waiting.add(rid)
-        results = await asyncio.gather(*(self._slots[i].abort(ids) for i, ids in by_worker.items()), return_exceptions=True)
+        results = await asyncio.gather(*(call_host(self._slots[i].worker, "abort", ids) for i, ids in by_worker.items()),
+                                       return_exceptions=True)
         for r in results:  # a dead worker has nothing left to abort; anything else is a bug
             if isinstance(r, BaseException) and not is_unavailable(r):
                 raise r
 
-    def release(self, episode_id: str) -> None:
-        """The episode ended: its worker binding is no longer needed."""
+    def release(self, episode_id: str | None) -> _Slot | None:
+        """The episode ended: its worker binding is no longer needed. Returns the worker's slot."""
         idx = self._sticky.pop(episode_id, None)
-        if idx is not None:
-            self._slots[idx].episodes -= 1
+        if idx is None:
+            return None
+        self._slots[idx].episodes -= 1
+        return self._slots[idx]
 
     def stats(self) -> dict[str, float]:
         out = {"rollout/router/max_inflight": float(self.max_inflight_seen),

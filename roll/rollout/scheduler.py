@@ -32,16 +32,13 @@ generation, keeps the partial tokens and the env state, and resumes the same tur
 new weights (token and turn versions record it); ``discard`` aborts and restarts episodes;
 ``wait`` lets in-flight requests finish under the old weights.
 
-Groups: ``group_size`` episodes share an env seed. An episode that ends in an
-infrastructure failure never enters its group: its slot is rerun (same seed, new sampling
-seed) up to ``max_episode_retries`` times, after which the group is dropped. A failure that
-will recur (the env cannot be created, a non-text observation, the same env error from the
-same seed twice) is permanent: get_batch raises ``RunFailedError`` naming the env. Both modes
-hand every finished episode to its group's state machine (``EpisodeGroup.record``,
-roll/rollout/groups.py, which classifies it with roll/rollout/failures.py) and act on the answer. Every failure goes to the
-``error_log`` (one line each, the first traceback of each distinct error in full). Filtered,
-dropped and stale groups are replaced by new groups up to ``max_group_refills`` per batch;
-past that the batch is returned short (``rollout/short_batch``). All of it is counted.
+Groups: ``group_size`` episodes share an env seed. Both modes hand every finished episode to
+its group's state machine (``EpisodeGroup.record``, roll/rollout/groups.py) and act on its
+answer: rerun the slot, drop the group past ``max_episode_retries``, or, for a failure that
+will recur (roll/rollout/failures.py), make get_batch raise ``RunFailedError`` naming the env.
+Every failure goes to the ``error_log``. Filtered, dropped and stale groups are replaced up to
+``max_group_refills`` per batch; past that the batch is returned short
+(``rollout/short_batch``). All of it is counted.
 """
 from __future__ import annotations
 
@@ -88,6 +85,15 @@ _COUNTERS = {EpisodeVerdict.RESTART: "episode_restarts", EpisodeVerdict.RETRY: "
 """What each group answer counts (besides the failure itself)."""
 
 
+def manager_envs(custom_envs: dict[str, EnvConfig], manager_config: EnvManagerConfig) -> dict[str, EnvConfig]:
+    """The env configs of an env manager's tags, in its order (all of ``custom_envs`` when it names none)."""
+    tags = list(manager_config.tags) or list(custom_envs)
+    missing = [t for t in tags if t not in custom_envs]
+    if missing:
+        raise ValueError(f"env manager tags {missing} are not in custom_envs ({sorted(custom_envs)})")
+    return {t: custom_envs[t] for t in tags}
+
+
 class RolloutScheduler:
     """Produces training (or validation) batches of grouped episodes."""
 
@@ -102,19 +108,15 @@ class RolloutScheduler:
         validation: bool = False,
         error_log: ErrorLog | None = None,
     ):
-        self.env_configs = dict(env_configs)
+        self.env_configs = manager_envs(env_configs, manager_config)
+        self.tags = list(self.env_configs)
         self.mcfg = manager_config
         self.rcfg = rollout_config
         self.pool = HostPool(hosts, name="validation" if validation else "training",
                              max_restarts=manager_config.max_worker_restarts)
-        self.hosts = self.pool.hosts
         self.pad_token_id = pad_token_id
         self.seed = seed
         self.validation = validation
-        self.tags = list(manager_config.tags) or list(self.env_configs)
-        missing = [t for t in self.tags if t not in self.env_configs]
-        if missing:
-            raise ValueError(f"env manager tags {missing} are not in custom_envs ({sorted(self.env_configs)})")
         if manager_config.num_groups_partition and len(manager_config.num_groups_partition) != len(self.tags):
             raise ValueError(f"num_groups_partition {manager_config.num_groups_partition} needs one entry per tag {self.tags}")
         self.mode = "async" if validation else rollout_config.mode
@@ -138,8 +140,9 @@ class RolloutScheduler:
         self._ahead: dict[str, int] = {t: 0 for t in self.tags}
         self._tasks: dict[str, asyncio.Task] = {}
         self._episode_host: dict[str, int] = {}
-        self._sem: asyncio.Semaphore | None = None
-        self._changed: asyncio.Event | None = None
+        # asyncio primitives bind to the loop that first waits on them (the scheduler's loop)
+        self._sem = asyncio.Semaphore(max(1, manager_config.max_concurrent_episodes))
+        self._changed = asyncio.Event()
         self._losses = 0
         self._error: BaseException | None = None
         self.counters: Counter = Counter()
@@ -218,9 +221,6 @@ class RolloutScheduler:
 
     # ================================================================ setup
     async def _setup(self) -> None:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(max(1, self.mcfg.max_concurrent_episodes))
-            self._changed = asyncio.Event()
         if not self._hosts_configured:
             self._hosts_configured = True
             stale = self.max_staleness if self.mode == "async" else None
@@ -267,7 +267,6 @@ class RolloutScheduler:
                 if group.dropped:
                     return
                 host = await self.pool.acquire()
-                self.pool.load[host] += 1
                 self._episode_host[spec.episode_id] = host
                 ok, trajs = await self.pool.call(host, "run_episode", spec)
                 if not ok:  # the host died (it is restarting): a transient failure, retried
@@ -278,10 +277,10 @@ class RolloutScheduler:
         except Exception as e:  # a bug, not an episode outcome: get_batch re-raises it
             logger.exception("episode %s crashed the scheduler", spec.episode_id)
             self._error = e
-            self._notify()
+            self._changed.set()
         finally:
             if host is not None:
-                self.pool.load[host] -= 1
+                self.pool.release(host)
             self._episode_host.pop(spec.episode_id, None)
             self._tasks.pop(spec.episode_id, None)
 
@@ -299,7 +298,7 @@ class RolloutScheduler:
             asyncio.ensure_future(self._cancel_group(group))
         elif answer == EpisodeVerdict.READY:
             self._ready[group.tag].append(group)
-        self._notify()  # after PERMANENT: get_batch raises the recorded RunFailedError
+        self._changed.set()  # after PERMANENT: get_batch raises the recorded RunFailedError
         if answer != EpisodeVerdict.PERMANENT:
             self._fill()
 
@@ -369,16 +368,12 @@ class RolloutScheduler:
         if error is not None:
             raise RuntimeError(f"rollout failed: {error}") from error
 
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-
     def _open_groups(self, tag: str) -> int:
         return sum(1 for g in self._groups.values() if g.tag == tag)
 
     def _fill(self) -> None:
         """Launch groups until each tag has its demand (plus redundancy) and ahead share in flight."""
-        if self._suspended or self.mode == "sync" or self._sem is None:
+        if self._suspended or self.mode == "sync" or not self._hosts_configured:
             return
         if self._losses > self.mcfg.max_group_refills:
             return
@@ -430,12 +425,9 @@ class RolloutScheduler:
                     self.counters["short_batch"] += 1
                     logger.error("group refills exhausted (%d losses): returning a short batch", self._losses)
                     break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(self._timeout_message(demand, taken))
                 self._changed.clear()
-                try:
-                    await asyncio.wait_for(self._changed.wait(), timeout=remaining)
+                try:  # a deadline already past times out at once
+                    await asyncio.wait_for(self._changed.wait(), timeout=deadline - time.monotonic())
                 except TimeoutError:
                     raise TimeoutError(self._timeout_message(demand, taken)) from None
         finally:
@@ -463,11 +455,15 @@ class RolloutScheduler:
     async def _lockstep_batch(self, demand: dict[str, int], deadline: float) -> list[EpisodeGroup]:
         taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
         pending: list[tuple[EpisodeGroup, int]] = []
-        for tag in self.tags:
-            for _ in range(demand[tag]):
-                group = self._new_group(tag)
-                pending += [(group, s) for s in range(group.size)]
-        while pending:
+        while True:
+            for tag in self.tags:  # the demand at first, then lost groups within the refill budget
+                lost = demand[tag] - len(taken[tag]) - len({id(g) for g, _ in pending if g.tag == tag})
+                while lost > 0 and self._losses <= self.mcfg.max_group_refills:
+                    group = self._new_group(tag)
+                    pending += [(group, s) for s in range(group.size)]
+                    lost -= 1
+            if not pending:
+                break
             if time.monotonic() > deadline:
                 raise TimeoutError(self._timeout_message(demand, taken))
             results = await asyncio.wait_for(self._lockstep_round(pending), timeout=max(deadline - time.monotonic(), 0.001))
@@ -482,12 +478,6 @@ class RolloutScheduler:
                     break
             self._raise_recorded_error()
             pending = [(g, s) for g, s in pending if not g.dropped]
-            for tag in self.tags:
-                lost = demand[tag] - len(taken[tag]) - len({id(g) for g, _ in pending if g.tag == tag})
-                while lost > 0 and self._losses <= self.mcfg.max_group_refills:
-                    group = self._new_group(tag)
-                    pending += [(group, s) for s in range(group.size)]
-                    lost -= 1
         if any(len(taken[t]) < demand[t] for t in self.tags):
             self.counters["short_batch"] += 1
         return [g for t in self.tags for g in taken[t]]
@@ -495,12 +485,10 @@ class RolloutScheduler:
     async def _lockstep_round(self, items: list[tuple[EpisodeGroup, int]]) -> list[tuple[EpisodeGroup, int, EpisodeSpec, list[Trajectory]]]:
         """All episodes advance together: reset all, then (generate all, step all) per turn."""
         specs = []
-        for i, (group, slot) in enumerate(items):
-            spec = self._spec(group, slot)
+        for group, slot in items:
             host = await self.pool.acquire()
-            self.pool.load[host] += 1
             # (host, its incarnation): an episode never continues on a restarted process
-            specs.append((group, slot, spec, (host, self.pool.epoch[host])))
+            specs.append((group, slot, self._spec(group, slot), (host, self.pool.epoch[host])))
         active = await asyncio.gather(*(self._lockstep_call(h, "start_episode", s) for _, _, s, h in specs))
         live = [x for x, ok in zip(specs, active) if ok]
         while live:
@@ -512,17 +500,13 @@ class RolloutScheduler:
             trajs = await self._lockstep_call(host, "finish_episode", spec.episode_id)
             if trajs is False:  # the worker died: the episode is an infrastructure failure
                 trajs = _worker_died(spec, f"environment worker {host[0]} died during the episode")
-            self.pool.load[host[0]] -= 1
+            self.pool.release(host[0])
             out.append((group, slot, spec, trajs))
         return out
 
     async def _lockstep_call(self, host: tuple[int, int], method: str, *args: Any) -> Any:
-        """The call's result, or False when the episode's host died (now or earlier: a restarted
-        process does not know the episode)."""
-        i, epoch = host
-        if self.pool.epoch[i] != epoch:
-            return False
-        ok, result = await self.pool.call(i, method, *args)
+        """The call's result, or False when the episode's host died (now or earlier)."""
+        ok, result = await self.pool.call(host[0], method, *args, epoch=host[1])
         return result if ok else False
 
     # ================================================================ batch

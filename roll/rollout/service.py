@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from roll.rollout.failures import ENV_ERRORS_LOG, ErrorLog
-from roll.rollout.scheduler import RolloutBatch, RolloutScheduler
+from roll.rollout.scheduler import RolloutBatch, RolloutScheduler, manager_envs
 from roll.utils.loop import LoopThread
 from roll.workers.environment import EnvironmentWorker, create_env_workers
 
@@ -45,11 +45,7 @@ def build_rollout_scheduler(
     mcfg = config.val_env_manager if validation else config.train_env_manager
     if mcfg is None:
         raise ValueError("validation needs val_env_manager in the config")
-    tags = list(mcfg.tags) or list(config.custom_envs)
-    missing = [t for t in tags if t not in config.custom_envs]
-    if missing:
-        raise ValueError(f"env manager tags {missing} are not in custom_envs ({sorted(config.custom_envs)})")
-    envs = {t: config.custom_envs[t] for t in tags}
+    envs = manager_envs(config.custom_envs, mcfg)
     kwargs = dict(
         env_configs=envs, manager_config=mcfg, generating_args=config.actor_infer.generating_args,
         tokenizer=tokenizer, inference_workers=list(inference_workers),
@@ -81,31 +77,28 @@ class ThreadedScheduler:
     def __init__(self, make_scheduler: Callable[[], RolloutScheduler]):
         self._loop = LoopThread("rollout-loop")
         # asyncio objects of the scheduler belong to the loop that uses them
-        self.scheduler: RolloutScheduler = self._run(self._make(make_scheduler))
+        self.scheduler: RolloutScheduler = self._loop.run(self._make(make_scheduler))
 
     @staticmethod
     async def _make(make_scheduler: Callable[[], RolloutScheduler]) -> RolloutScheduler:
         return make_scheduler()
-
-    def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return self._loop.run(coro, timeout)
 
     def get_batch(self, n: int, timeout_s: float | None = None, on_wait: Callable[[], None] | None = None,
                   wait_interval_s: float = 5.0) -> RolloutBatch:
         """A batch of ``n`` episodes; ``on_wait()`` runs on the calling thread every
         ``wait_interval_s`` seconds while it is produced (e.g. recovering crashed workers)."""
         if on_wait is None:
-            return self._run(self.scheduler.get_batch(n, timeout_s))
+            return self._loop.run(self.scheduler.get_batch(n, timeout_s))
         return self._loop.run_watching(self.scheduler.get_batch(n, timeout_s), on_wait, wait_interval_s)
 
     def suspend(self) -> None:
-        self._run(self.scheduler.suspend())
+        self._loop.run(self.scheduler.suspend())
 
     def set_policy_version(self, version: int) -> None:
-        self._run(self.scheduler.set_policy_version(version))
+        self._loop.run(self.scheduler.set_policy_version(version))
 
     def resume(self) -> None:
-        self._run(self.scheduler.resume())
+        self._loop.run(self.scheduler.resume())
 
     @contextlib.contextmanager
     def weight_update(self, version: int) -> Iterator[None]:
@@ -119,5 +112,5 @@ class ThreadedScheduler:
 
     def close(self) -> None:
         if self._loop.running:
-            self._run(self.scheduler.shutdown())
+            self._loop.run(self.scheduler.shutdown())
         self._loop.close()
