@@ -5,12 +5,21 @@ and expose it over Ray. Strategies are registered by name in `roll.registry.STRA
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional, Protocol, runtime_checkable
 
 import torch
 
 from roll.data.batch import Batch
+
+
+def import_backend(module: str, strategy: str, extra: str, hint: str) -> Any:
+    """An optional engine's module; without it, an ImportError that names the extra installing it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"the {strategy} strategy needs {module} ({e}); install the `{extra}` extra {hint}") from e
 
 
 @dataclass

@@ -37,10 +37,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
+from roll.strategies.base import import_backend
 from roll.strategies.hf_train import bucket_tensors, lr_factor, position_ids_for, sampling_temperatures
 from roll.strategies.megatron_convert import (
     DecoderLayout,
     gather_from_tp,
+    gathered_shape,
     hf_to_megatron,
     local_to_global,
     megatron_full_to_hf,
@@ -54,14 +56,8 @@ ROLL_OPTIONS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "s
 
 
 def _import_megatron():
-    try:
-        import megatron.core  # noqa: F401
-    except ImportError as e:
-        raise ImportError(f"the megatron strategy needs Megatron-Core ({e}); install the `megatron` extra on a "
-                          "GPU machine (pip install -e '.[megatron]'); on CPU use torch_train or deepspeed") from e
-    import megatron.core as mcore
-
-    return mcore
+    return import_backend("megatron.core", "megatron", "megatron",
+                          "on a GPU machine (pip install -e '.[megatron]'); on CPU use torch_train or deepspeed")
 
 
 def parallel_sizes(strategy_config: dict[str, Any], world_size: int) -> tuple[int, int, int]:
@@ -317,16 +313,9 @@ class MegatronStrategy:
                     full = None
                 if self.pp > 1:
                     if full is None:
-                        full = torch.empty(self._gathered_shape(name, shape), dtype=dtype, device="cuda")
+                        full = torch.empty(gathered_shape(name, shape, self.tp, self.layout), dtype=dtype, device="cuda")
                     dist.broadcast(full, src=src, group=ps.get_pipeline_model_parallel_group())
                 yield from megatron_full_to_hf(local_to_global(name, stage, self.pp, self.layout), full, self.layout)
-
-    def _gathered_shape(self, name: str, shard_shape: tuple) -> tuple:
-        if self.tp == 1 or name.endswith(("layer_norm_weight", "final_layernorm.weight")):
-            return shard_shape
-        if name.endswith(("linear_proj.weight", "linear_fc2.weight")):
-            return (shard_shape[0], shard_shape[1] * self.tp)
-        return (shard_shape[0] * self.tp, *shard_shape[1:])
 
     # ---- checkpoints / colocation ----------------------------------------------------------------
     def save(self, path: str) -> None:

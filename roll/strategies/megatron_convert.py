@@ -133,6 +133,11 @@ def shard_for_tp(name: str, full: torch.Tensor, tp: int, layout: DecoderLayout) 
     return list(torch.chunk(full, tp, dim=0))
 
 
+def gathered_shape(name: str, shard_shape: tuple, tp: int, layout: DecoderLayout) -> torch.Size:
+    """The full shape of a tensor whose TP shards have ``shard_shape`` (no data moves: meta tensors)."""
+    return gather_from_tp(name, [torch.empty(shard_shape, device="meta")] * tp, layout).shape
+
+
 def gather_from_tp(name: str, shards: list[torch.Tensor], layout: DecoderLayout) -> torch.Tensor:
     """Inverse of :func:`shard_for_tp`."""
     if len(shards) == 1 or name.endswith(_REPLICATED):
@@ -146,21 +151,25 @@ def gather_from_tp(name: str, shards: list[torch.Tensor], layout: DecoderLayout)
 
 
 # ---- whole-model conversion -----------------------------------------------------------------------
+_SAME_IN_LAYER = {  # Megatron name in decoder layer i -> HF name in model.layers.i, tensor unchanged
+    "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+    "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
+    "mlp.linear_fc1.layer_norm_weight": "post_attention_layernorm.weight",
+    "mlp.linear_fc2.weight": "mlp.down_proj.weight",
+}
+
+
 def hf_to_megatron_full(hf: Mapping[str, torch.Tensor], layout: DecoderLayout) -> dict[str, torch.Tensor]:
     """HF state dict -> full (unsharded) Megatron tensors with GLOBAL layer indices."""
     out: dict[str, torch.Tensor] = {"embedding.word_embeddings.weight": _pad_vocab(hf["model.embed_tokens.weight"], layout)}
     for i in range(layout.num_layers):
         h, m = f"model.layers.{i}.", f"decoder.layers.{i}."
-        out[m + "self_attention.linear_qkv.layer_norm_weight"] = hf[h + "input_layernorm.weight"]
-        out[m + "self_attention.linear_qkv.weight"] = fuse_qkv(
-            hf[h + "self_attn.q_proj.weight"], hf[h + "self_attn.k_proj.weight"], hf[h + "self_attn.v_proj.weight"], layout)
-        if h + "self_attn.q_proj.bias" in hf:
-            out[m + "self_attention.linear_qkv.bias"] = fuse_qkv(
-                hf[h + "self_attn.q_proj.bias"], hf[h + "self_attn.k_proj.bias"], hf[h + "self_attn.v_proj.bias"], layout)
-        out[m + "self_attention.linear_proj.weight"] = hf[h + "self_attn.o_proj.weight"]
-        out[m + "mlp.linear_fc1.layer_norm_weight"] = hf[h + "post_attention_layernorm.weight"]
+        out.update({m + meg: hf[h + name] for meg, name in _SAME_IN_LAYER.items()})
+        for kind in ("weight", "bias"):  # biases: Qwen2 only
+            if kind == "weight" or h + "self_attn.q_proj.bias" in hf:
+                qkv = [hf[f"{h}self_attn.{p}_proj.{kind}"] for p in "qkv"]
+                out[f"{m}self_attention.linear_qkv.{kind}"] = fuse_qkv(*qkv, layout)
         out[m + "mlp.linear_fc1.weight"] = torch.cat([hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]])
-        out[m + "mlp.linear_fc2.weight"] = hf[h + "mlp.down_proj.weight"]
     out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
     if not layout.tie_word_embeddings:
         out["output_layer.weight"] = _pad_vocab(hf["lm_head.weight"], layout)
@@ -173,35 +182,19 @@ _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 def megatron_full_to_hf(name: str, full: torch.Tensor, layout: DecoderLayout) -> Iterator[tuple[str, torch.Tensor]]:
     """One full Megatron tensor (global layer index) -> its HF tensors. Used by weight sync, which
     streams gathered tensors one at a time."""
-    if name == "embedding.word_embeddings.weight":
-        yield "model.embed_tokens.weight", full[: layout.vocab_size]
-        return
-    if name == "output_layer.weight":
-        yield "lm_head.weight", full[: layout.vocab_size]
-        return
+    match = _LAYER.match(name)
+    h, rest = (f"model.layers.{match.group(1)}.", match.group(2)) if match else ("", name)
     if name == "decoder.final_layernorm.weight":
         yield "model.norm.weight", full
-        return
-    match = _LAYER.match(name)
-    if not match:
-        raise KeyError(f"megatron layout: no Hugging Face counterpart for {name!r}")
-    h, rest = f"model.layers.{match.group(1)}.", match.group(2)
-    if rest == "self_attention.linear_qkv.layer_norm_weight":
-        yield h + "input_layernorm.weight", full
-    elif rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
+    elif name in ("embedding.word_embeddings.weight", "output_layer.weight"):  # padding rows dropped
+        yield "model.embed_tokens.weight" if name.startswith("embedding") else "lm_head.weight", full[: layout.vocab_size]
+    elif match and rest in _SAME_IN_LAYER:
+        yield h + _SAME_IN_LAYER[rest], full
+    elif match and rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
         kind = rest.rsplit(".", 1)[1]
-        q, k, v = split_qkv(full, layout)
-        yield from ((h + f"self_attn.{p}_proj.{kind}", t) for p, t in zip("qkv", (q, k, v)))
-    elif rest == "self_attention.linear_proj.weight":
-        yield h + "self_attn.o_proj.weight", full
-    elif rest == "mlp.linear_fc1.layer_norm_weight":
-        yield h + "post_attention_layernorm.weight", full
-    elif rest == "mlp.linear_fc1.weight":
-        gate, up = torch.chunk(full, 2, dim=0)
-        yield h + "mlp.gate_proj.weight", gate
-        yield h + "mlp.up_proj.weight", up
-    elif rest == "mlp.linear_fc2.weight":
-        yield h + "mlp.down_proj.weight", full
+        yield from ((h + f"self_attn.{p}_proj.{kind}", t) for p, t in zip("qkv", split_qkv(full, layout)))
+    elif match and rest == "mlp.linear_fc1.weight":
+        yield from zip((h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), torch.chunk(full, 2, dim=0))
     else:
         raise KeyError(f"megatron layout: no Hugging Face counterpart for {name!r}")
 

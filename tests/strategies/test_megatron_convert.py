@@ -10,6 +10,7 @@ from roll.strategies.megatron_convert import (
     DecoderLayout,
     fuse_qkv,
     gather_from_tp,
+    gathered_shape,
     hf_to_megatron,
     megatron_to_hf,
     shard_for_tp,
@@ -43,6 +44,18 @@ def test_round_trip_bit_exact(tp, pp, tie):
     assert set(back) == set(hf)
     for name, tensor in hf.items():
         assert torch.equal(back[name], tensor), name
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_gathered_shape_is_the_shape_gather_from_tp_makes(tp):
+    """Weight sync sizes the receive buffer of a pipeline stage it does not own from the shard
+    shape alone: it must be the shape the TP gather produces, for every tensor kind."""
+    model = _qwen(tie=False, kv=4)
+    layout = DecoderLayout.from_hf_config(model.config, padded_vocab_size=304)
+    shards = hf_to_megatron(_hf_state(model), layout, tp=tp, pp=1)
+    for name, shard in shards[(0, 0)].items():
+        full = gather_from_tp(name, [shards[(0, t)][name] for t in range(tp)], layout)
+        assert gathered_shape(name, tuple(shard.shape), tp, layout) == full.shape, name
 
 
 def test_tiny_model_round_trip(tiny_model_dir):

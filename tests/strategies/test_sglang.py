@@ -1,8 +1,6 @@
 """SGLangStrategy is GPU-only with a guarded import: the package works without it."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -20,14 +18,6 @@ def test_cpu_is_refused_with_a_pointer():
     cls = STRATEGIES.get("sglang")
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         cls(WorkerConfig(model_name_or_path="/nonexistent", strategy_args=StrategyArgs("sglang")))
-
-
-@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed")
-def test_missing_sglang_names_the_extra():
-    from roll.strategies.sglang import _import_sglang
-
-    with pytest.raises(ImportError, match=r"`sglang` extra"):
-        _import_sglang()
 
 
 @pytest.mark.gpu

