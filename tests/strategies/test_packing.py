@@ -186,9 +186,9 @@ WORKER = textwrap.dedent(
         share = b if world == 1 else b.select([0, 3, 5, 7] if rank == 0 else [1, 2, 4, 6])
         m = s.train_step(share, loss_fn)
         lp = s.logprobs(share if world == 1 else b.select([1, 2, 4, 6] if rank == 0 else []))
+        params = {k: v.detach().clone() for k, v in s._full_parameters()}  # FSDP2 gathers: every rank
         if rank == 0:
-            torch.save({"loss": m["loss"], "grad_norm": m["grad_norm"], "logprobs": lp,
-                        "params": {k: v.detach().clone() for k, v in s.hf_model.named_parameters()}}, out)
+            torch.save({"loss": m["loss"], "grad_norm": m["grad_norm"], "logprobs": lp, "params": params}, out)
 
     if world == 1:
         run(0)
@@ -210,7 +210,7 @@ def _run(tmp_path, model_dir, kind, world):
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", ["ddp", "fsdp2"])
 def test_two_packed_ranks_equal_one_padded_rank(tmp_path, tiny_model_dir, kind):
-    """Two gloo ranks with 1 and 3 packed micro-batches (the first runs two throw-away ones to keep
+    """Two gloo ranks with 2 and 4 packed micro-batches (the first runs two throw-away ones to keep
     the gradient all-reduce / FSDP gathers in step) give the one-rank padded step; for logprobs,
     a rank with no rows runs as many throw-away forwards as the other's packed micro-batches."""
     one, two = _run(tmp_path, tiny_model_dir, kind, 1), _run(tmp_path, tiny_model_dir, kind, 2)
