@@ -3,7 +3,8 @@ the RLVR pipeline routes samples through.
 
 :class:`RewardWorker` (a Ray async actor, built by a Cluster like every role) holds one
 registered reward function (``rewards.<name>.reward_fn``) and scores one sample per
-``compute`` call, each in its own thread so a slow verifier does not block the others, with
+``compute`` call (``compute_batch``: several in one call), each in its own thread so a slow
+verifier does not block the others, with
 ``timeout_s`` per sample. A function that raises, or runs past the timeout, gives a
 :class:`RewardResult` with ``failed`` set ("error" or "timeout") and the exception type;
 never a silent 0. A timed-out call's thread cannot be stopped; the worker counts such hung
@@ -173,6 +174,11 @@ class RewardWorker(Worker):
                 return RewardResult(failed="timeout", error=f"TimeoutError: no reward within {timeout:g}s",
                                     elapsed_s=time.perf_counter() - t0)
 
+    async def compute_batch(self, samples: list[dict]) -> list[RewardResult]:
+        """Several samples in one call (one Ray round trip), each scored as by :meth:`compute`:
+        its own thread and its own ``timeout_s``; results in sample order."""
+        return list(await asyncio.gather(*(self.compute(s) for s in samples)))
+
     def _unhang(self, _fut: Any) -> None:
         self.hung -= 1
 
@@ -235,6 +241,37 @@ class RewardClient:
             c[f"failed_{result.failed}"] += 1
             c[f"errors/{result.error.split(':', 1)[0]}"] += 1
         return result
+
+    async def score_batch(self, tag: str, samples: list[dict]) -> list[RewardResult]:
+        """Score several samples of one domain with ONE call to one worker (``compute_batch``);
+        when that worker dies or cannot answer, each sample is scored again through
+        :meth:`score` (its recovery), so the batch path loses nothing the single path keeps."""
+        name = self.tag_to_reward.get(tag)
+        if name is None:
+            raise KeyError(f"no reward configured for domain {tag!r}")
+        if len(samples) <= 1:
+            return [await self.score(tag, s) for s in samples]
+        backstop = float(self.reward_configs[name].timeout_s) + 30.0
+        rank = self._pick(name)
+        self.outstanding[name][rank] += len(samples)
+        try:
+            results = await asyncio.wait_for(self.clusters[name].workers[rank].compute_batch.remote(samples), backstop)
+        except Exception as e:  # noqa: BLE001  (a dead or stuck worker: the single path recovers it, per sample)
+            logger.warning("reward.%s rank %d: batch of %d failed (%s: %s); scoring one by one",
+                           name, rank, len(samples), type(e).__name__, str(e)[:200])
+            results = None
+        finally:
+            self.outstanding[name][rank] -= len(samples)
+        if results is None:
+            return list(await asyncio.gather(*(self.score(tag, s) for s in samples)))
+        c = self.counts[tag]
+        for result in results:
+            c["samples"] += 1
+            if result.failed:
+                c["failed"] += 1
+                c[f"failed_{result.failed}"] += 1
+                c[f"errors/{result.error.split(':', 1)[0]}"] += 1
+        return results
 
     async def _recover(self, name: str) -> bool:
         """Wait for a crashed worker of reward ``name`` to restart and set it up again (one

@@ -76,6 +76,40 @@ def test_faulty_rewards_fail_counted_and_others_score(ray_cluster):
             c.shutdown()
 
 
+@pytest.mark.integration
+def test_score_batch_is_one_call_and_counts_like_single_scoring(ray_cluster, tmp_path):
+    marker = str(tmp_path / "died")
+
+    def flaky(sample, **fields):
+        if sample["response"] == "raise":
+            raise RuntimeError("verifier crashed")
+        if sample["response"] == "die_once" and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return RewardOutput(float(sample["response"] == "good"), sample["response"] == "good")
+
+    rc = RewardConfig(reward_fn="flaky", tags=["t"], timeout_s=5.0, max_concurrency=8)
+    clusters = {"flaky": _cluster("flaky", rc, flaky)}
+    try:
+        client = RewardClient(clusters, {"t": "flaky"}, {"flaky": rc})
+        worker = clusters["flaky"].workers[0]
+        import ray
+
+        calls0 = ray.get(worker.stats.remote())["calls"]
+        out = asyncio.run(client.score_batch("t", [{"response": r} for r in ("good", "bad", "raise", "good")]))
+        assert [(r.score, r.failed) for r in out] == [(1.0, None), (0.0, None), (0.0, "error"), (1.0, None)]
+        assert ray.get(worker.stats.remote())["calls"] - calls0 == 4
+        m = client.metrics()
+        assert m["reward/t/failed"] == 1 and m["reward/t/errors/RuntimeError"] == 1 and m["reward/t/failed_rate"] == 0.25
+        # the worker dies inside a batch: the batch is scored again one by one, after a restart
+        out = asyncio.run(client.score_batch("t", [{"response": "good"}, {"response": "die_once"}]))
+        assert [(r.score, r.failed) for r in out] == [(1.0, None), (0.0, None)]
+        assert client.restarts["flaky"] == 1
+    finally:
+        for c in clusters.values():
+            c.shutdown()
+
+
 def test_unknown_tag_is_an_error():
     client = RewardClient({}, {}, {})
     with pytest.raises(KeyError, match="no reward configured"):
