@@ -132,3 +132,50 @@ def test_packed_forward_matches_separate_forwards():
         padded_logits = model(input_ids=ids, attention_mask=mask).logits
     for got, want in zip(unpad_sequences(padded_logits, mask), alone):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_plan_packing_puts_a_longer_sequence_alone():
+    assert plan_packing([4, 12, 3, 2], 6, oversize="alone") == [[0, 3], [1], [2]]
+    assert plan_packing([0, 7], 6, oversize="alone") == [[0, 1]]  # an empty row fits anywhere
+    with pytest.raises(ValueError, match="oversize"):
+        plan_packing([1], 6, oversize="cut")
+
+
+def test_padded_to_packed_can_keep_empty_rows():
+    ids, mask = pad_sequences([[5, 6], [], [7]])
+    packed = padded_to_packed(ids, mask, allow_empty=True)
+    assert packed.lengths == [2, 0, 1] and packed.position_ids.tolist() == [[0, 1, 0]]
+    assert packed_to_padded(packed.input_ids, packed, ids.shape).tolist() == ids.tolist()
+
+
+def test_packed_forward_scores_only_wanted_tokens_under_each_rows_temperature():
+    """packed_forward against a plain loop: each row alone through the model, logits / its
+    temperature, log-softmax at the next token; 0 where no token is wanted and at padding."""
+    from roll.data.packing import packed_forward
+    from roll.models.tiny import build_model
+
+    model = build_model("tiny", seed=0, vocab_size=300)
+    rng = random.Random(3)
+    seqs = [[rng.randrange(300) for _ in range(n)] for n in (6, 2, 9, 4)]
+    ids, mask = pad_sequences(seqs, side="left")
+    loss_mask = mask.clone()
+    loss_mask[:, -2:] = 0  # the last two columns are no loss tokens
+    temps = torch.tensor([0.5, 1.0, 2.0, 0.8])
+    with torch.no_grad():
+        lp, extra = packed_forward(model, ids, mask, loss_mask=loss_mask, temperature=temps, entropy=True)
+        _, values = packed_forward(model, ids, mask, critic=True)
+        lp_all, _ = packed_forward(model, ids, mask, keep_logits=False)
+        for i, s in enumerate(seqs):
+            logits = model(input_ids=torch.tensor([s])).logits[0, :-1]
+            logp = (logits / temps[i]).log_softmax(-1)
+            want = logp.gather(-1, torch.tensor(s[1:])[:, None]).squeeze(-1)
+            cols = torch.arange(ids.shape[1] - len(s) + 1, ids.shape[1])  # left padding: the row ends at the right
+            keep = loss_mask[i, cols].bool()
+            torch.testing.assert_close(lp[i, cols][keep], want[keep], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(extra["entropy"][i, cols][keep], -(logp.exp() * logp).sum(-1)[keep], atol=1e-5, rtol=1e-4)
+            plain = logits.log_softmax(-1).gather(-1, torch.tensor(s[1:])[:, None]).squeeze(-1)
+            torch.testing.assert_close(lp_all[i, cols], plain, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(values["values"][i, cols[0] - 1:], model(input_ids=torch.tensor([s])).logits[0, :, 0])
+    unwanted = ~loss_mask.bool()
+    unwanted[torch.arange(4), (mask.cumsum(-1) == 1).float().argmax(-1)] = True  # each row's first token
+    assert torch.all(lp[unwanted] == 0) and torch.all(values["values"][~mask.bool()] == 0)

@@ -25,9 +25,8 @@ engine reads them with ``torch.load(weights_only=True)`` instead, allowing only 
 DeepSpeed classes they hold (``roll.utils.checkpoint.DEEPSPEED_SAFE_GLOBALS``), so a crafted
 file cannot run code.
 
-The micro-batch loop, forward-only pass, bucketing and metrics are the shared
-:class:`roll.strategies.hf_train.HFTrainStrategy`'s (one code path with torch_train); this
-module adds the DeepSpeed engine (backward, step, ZeRO-3 gathers) and its checkpoints.
+The micro-batch loop (with sequence packing), forward-only pass, bucketing and metrics are
+the shared :class:`roll.strategies.hf_train.HFTrainStrategy`'s; this module adds the engine.
 
 Not done here: DeepSpeed skips steps only for fp16 overflow; a non-finite gradient norm in
 fp32/bf16 is reported in ``grad_norm`` and counted in ``nonfinite_grad_steps`` (the step is

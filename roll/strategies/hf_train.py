@@ -307,9 +307,6 @@ class HFTrainStrategy:
             return plan_packing(lengths, self.args.max_tokens_per_micro_batch, oversize="alone")
         return [list(range(i, min(i + size, len(batch)))) for i in range(0, len(batch), size)]
 
-    def _micro_batches_in_step(self, n_local: int) -> int:
-        return max_micro_batches(n_local, self.device)
-
     def _dummy_batch(self) -> Batch:
         one = torch.zeros((1, 2), dtype=torch.long, device=self.device)
         return Batch({"input_ids": one, "attention_mask": torch.ones_like(one)})
@@ -320,7 +317,7 @@ class HFTrainStrategy:
         batch = batch.to(self.device)
         plan = self._plan(batch, max(1, self.cfg.infer_batch_size))
         result = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
-        for i in range(self._micro_batches_in_step(len(plan))):
+        for i in range(max_micro_batches(len(plan), self.device)):
             # a rank with fewer micro-batches (or no rows) runs throw-away ones to keep collectives in step
             lp, extra = self._forward(batch.select(plan[i]) if i < len(plan) else self._dummy_batch())
             if i < len(plan):
@@ -344,7 +341,7 @@ class HFTrainStrategy:
             raise ValueError("train_step on an empty batch")
         batch = batch.to(self.device)
         plan = self._plan(batch, max(1, self.args.per_device_train_batch_size))
-        n_micro = self._micro_batches_in_step(len(plan))
+        n_micro = max_micro_batches(len(plan), self.device)
         global_tokens, global_seqs = global_loss_normalizers(batch, self.device)
         need_entropy = bool(getattr(loss_fn, "needs_entropy", False))
         self.model.train()

@@ -23,10 +23,13 @@ Contracts other parts rely on:
   A batch with ``temperature`` [B] (the sampling temperature of each row, from
   ``trajectories_to_batch``) is scored under ``logits / temperature``, the distribution the
   rows were sampled from; greedy rows (0) at 1. Training, old and reference logprobs and the
-  entropy all go through this, so train/infer parity holds at any temperature.
+  entropy all go through this, so train/infer parity holds at any temperature. With
+  ``training_args.max_tokens_per_micro_batch`` (packing, roll/data/packing.py) only the
+  ``response_mask`` tokens are scored (the rest is 0) and ``position_ids`` come from the mask.
 - ``values(batch) -> [B, T]`` (critic): value of the prefix ending at token t.
 - ``train_step(batch, loss_fn)``: ``batch`` is this rank's share of ONE mini-batch (one
-  optimizer step). It is split into micro-batches of ``per_device_train_batch_size``; each
+  optimizer step). It is split into micro-batches of ``per_device_train_batch_size`` rows (or
+  packed to ``max_tokens_per_micro_batch`` tokens; a rank with fewer runs zero-loss ones); each
   micro-batch's ``meta`` gets ``global_num_tokens`` (sum of ``response_mask`` over the whole
   mini-batch on all data-parallel ranks), ``global_num_seqs``, ``dp_size``,
   ``micro_batch_index`` and ``num_micro_batches``. Then
@@ -66,9 +69,6 @@ from roll.strategies.hf_train import (forward_logprobs, init_process_group, lr_f
                                       model_forward, position_ids_for, sampling_temperatures, token_entropy,
                                       token_logprobs)
 
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-
 
 class TorchTrainStrategy(HFTrainStrategy):
     """DDP / FSDP2 trainer of a HF causal LM (or its value-head critic); see module docstring."""
@@ -98,7 +98,7 @@ class TorchTrainStrategy(HFTrainStrategy):
 
     @property
     def hf_model(self) -> torch.nn.Module:
-        return _unwrap(self.model)
+        return self.model.module if isinstance(self.model, torch.nn.parallel.DistributedDataParallel) else self.model
 
     # ---- training hooks -------------------------------------------------------------------------
     def _set_grad_sync(self, enabled: bool) -> None:
@@ -137,10 +137,7 @@ class TorchTrainStrategy(HFTrainStrategy):
         return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
     def save(self, path: str) -> None:
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
         model_sd = get_model_state_dict(self.model, options=self._state_options())
         optim_sd = get_optimizer_state_dict(self.model, self.optimizer, options=self._state_options())
@@ -152,11 +149,7 @@ class TorchTrainStrategy(HFTrainStrategy):
         torch.distributed.barrier()
 
     def load(self, path: str) -> None:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
         from roll.utils.checkpoint import safe_torch_load
 
