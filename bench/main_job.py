@@ -44,8 +44,16 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def run_seed(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
-    """One fresh `roll run` of the main chain; its summary.json plus wall and load."""
+def run_seed(seed: int, out: Path, extra: list[str], reuse: bool = False) -> dict[str, Any]:
+    """One fresh `roll run` of the main chain; its summary.json plus wall and load. With
+    ``reuse``, a seed whose run finished before (``seed-N.json`` next to its directory, written
+    at the end of a run) is read back instead of run again: seeds can then be run by separate
+    invocations (``--seeds 43``) and reported together."""
+    record = out.parent / f"{out.name}.json"
+    if reuse and record.exists() and (out / "summary.json").exists():
+        print(f"seed {seed}: reusing the run recorded in {record}", flush=True)
+        return json.loads(record.read_text())
+    record.unlink(missing_ok=True)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -61,8 +69,10 @@ def run_seed(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
         tail = (out.parent / f"{out.name}.log").read_text(errors="replace").splitlines()[-30:]
         raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
     summary = json.loads((out / "summary.json").read_text())
-    return {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
-            **figures(summary)}
+    result = {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
+              **figures(summary), "curve": curve(out)}
+    record.write_text(json.dumps(result, indent=1))
+    return result
 
 
 def figures(summary: dict[str, Any]) -> dict[str, Any]:
@@ -136,13 +146,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 42 43 44 (--quick: 42)")
     p.add_argument("--out", default="output/bench/main_job")
+    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before (see run_seed)")
     args = p.parse_args(argv)
     seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
     out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
     runs = []
     for seed in seeds:
-        r = run_seed(seed, out_root / f"seed-{seed}", QUICK if args.quick else [])
-        r["curve"] = curve(out_root / f"seed-{seed}")
+        r = run_seed(seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse)
         runs.append(r)
         print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
               f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "
