@@ -103,3 +103,10 @@ def test_done_line_names_what_exists(tmp_path):
     line = run_done_line(tmp_path, 4, 95.0)
     assert line.startswith("done: 4 steps in 1m35s; model ")
     assert f"report: roll view {tmp_path}" in line and "curves" not in line
+
+
+def test_done_line_paths_are_relative_inside_the_working_directory(tmp_path, monkeypatch):
+    run = tmp_path / "output" / "exp"
+    (run / "plots").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert run_done_line(run, 2, 3.0) == "done: 2 steps in 3s; curves output/exp/plots; report: roll view output/exp"

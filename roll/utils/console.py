@@ -232,16 +232,25 @@ class RunConsole:
             self.print(line)
 
 
+def _shown_path(path: Path) -> str:
+    """Relative to the working directory when inside it (shorter to read and to paste)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def run_done_line(output_dir: Path, steps: int, wall_s: float) -> str:
     """The run's last console line: how long it took and where its results are."""
-    output_dir = Path(output_dir)
+    out = Path(output_dir)
     parts = [f"done: {steps} steps in {format_duration(wall_s)}"]
-    if (output_dir / "final_model").is_dir():
-        parts.append(f"model {output_dir / 'final_model'}")
-    if (output_dir / "plots").is_dir():
-        parts.append(f"curves {output_dir / 'plots'}")
-    parts.append(f"report: roll view {output_dir}")
-    parts.append(f"log {output_dir / 'run.log'}" if (output_dir / "run.log").exists() else f"metrics {output_dir / 'logs'}")
+    if (out / "final_model").is_dir():
+        parts.append(f"model {_shown_path(out / 'final_model')}")
+    if (out / "plots").is_dir():
+        parts.append(f"curves {_shown_path(out / 'plots')}")
+    parts.append(f"report: roll view {_shown_path(out)}")
+    if (out / "run.log").exists():
+        parts.append(f"log {_shown_path(out / 'run.log')}")
     return "; ".join(parts)
 
 

@@ -263,12 +263,18 @@ class EnvironmentWorkerActor(EnvironmentWorker):
     which keeps it referenced for as long as the workers live: Ray restarts an actor from its
     creation arguments, and arguments that Ray itself moved to the object store (large ones) can
     be evicted and make a restart fail; an object the creator holds cannot. Small arguments (the
-    usual case: configs, a tokenizer path, actor handles) are passed by value instead: Ray keeps
-    them inline in the creation task, so a restart always has them, and it has no reason to log
-    its object-store error for restartable actors."""
+    usual case: configs, a tokenizer path, the inference workers' handles) come as bytes pickled
+    by the creator instead: Ray keeps them inline in the creation task, so a restart always has
+    them, and they hold no reference Ray can see (an actor handle is one), about which it logs an
+    error for every restartable actor (ray-project/ray#53727). The handles inside stay valid:
+    their actors belong to the driver for the whole run."""
 
-    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, creation_args: dict[str, Any],
-                 model_path: str | None = None, seed: int = 0):
+    def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *,
+                 creation_args: dict[str, Any] | bytes, model_path: str | None = None, seed: int = 0):
+        if isinstance(creation_args, bytes):
+            from ray import cloudpickle
+
+            creation_args = cloudpickle.loads(creation_args)  # pickled by create_env_workers in the driver
         # model_path / seed are the pipeline's usual worker arguments: the tokenizer comes in
         # creation_args and seeds come with each episode
         super().__init__(name=f"{role}-{rank}", **creation_args)
@@ -281,7 +287,7 @@ class EnvironmentWorkerActor(EnvironmentWorker):
 
 
 INLINE_ARGS_BYTES = 64 * 1024
-"""Creation arguments smaller than this go by value (below Ray's 100 KiB inline limit)."""
+"""Creation arguments pickled smaller than this go as bytes (below Ray's 100 KiB inline limit)."""
 
 _CREATION_ARGS: dict[str, Any] = {}
 """Actor id -> the ObjectRef of its creation arguments (see EnvironmentWorkerActor)."""
@@ -321,10 +327,12 @@ def create_env_workers(role: str, mcfg: Any, make_cluster: Any = None, **worker_
 
     wc = env_worker_config(mcfg)
     try:
-        small = len(cloudpickle.dumps(worker_kwargs)) < INLINE_ARGS_BYTES
+        args: Any = cloudpickle.dumps(worker_kwargs)
     except (pickle.PicklingError, TypeError, AttributeError):  # Ray's own serializer may still manage
-        small = False
-    args = worker_kwargs if small else ray.put(worker_kwargs)
+        args = b""
+    small = 0 < len(args) < INLINE_ARGS_BYTES
+    if not small:
+        args = ray.put(worker_kwargs)
     if make_cluster is not None:
         cluster = make_cluster(role, EnvironmentWorkerActor, wc, creation_args=args)
     else:

@@ -13,6 +13,7 @@ from .helpers import run_cli
 pytestmark = pytest.mark.integration
 
 SMALL = ["max_steps=2", "save_steps=0", "rollout_batch_size=4", "val_batch_size=4",
+         "actor_train.training_args.gradient_accumulation_steps=1",
          "actor_infer.generating_args.max_new_tokens=8", "show_progress=true"]
 STEP = re.compile(r"^step [12]/2 \| SimpleSokoban success \S+ return \S+ invalid \S+ \| .* s/step")
 VAL = re.compile(r"^val  [02]/2 \| sampled: SimpleSokoban success \S+ return \S+ invalid \S+$")
