@@ -80,6 +80,12 @@ def semantic_problems(cfg: PipelineConfig) -> list[str]:
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=[str(p.relative_to(REPO)) for p in CONFIG_FILES])
 def test_shipped_config_validates(path):
+    from roll.pipelines.chain import is_chain_file, load_chain
+
+    if is_chain_file(path):  # a chain (`stages:`): every stage's resolved config
+        _, stages = load_chain(path)
+        assert [f"{st.name}: {p}" for st in stages for p in semantic_problems(st.cfg)] == []
+        return
     cfg = load_config(path)
     assert semantic_problems(cfg) == []
 
