@@ -6,10 +6,8 @@ pass (every rank runs as many forwards as the busiest one, since sharded forward
 collective: a rank with no rows runs a throw-away two-token batch and returns [0, T]), the
 ``train_step`` micro-batch loop (global loss normalisers, backward of ``loss x dp_size``,
 gradient sync on the last micro-batch only, metrics reduced over micro-batches and ranks; a
-non-finite gradient norm is counted in the cumulative ``nonfinite_grad_steps``; a rank with fewer
-micro-batches runs throw-away ones with a zero loss), sequence packing
-(``training_args.max_tokens_per_micro_batch``: micro-batches packed to a token budget and run as
-one packed row each, roll/data/packing.py), and bucketed
+non-finite gradient norm is counted in ``nonfinite_grad_steps``; a rank with fewer micro-batches
+runs zero-loss ones), sequence packing (``max_tokens_per_micro_batch``, roll/data/packing.py), bucketed
 full-parameter sync (:func:`bucket_tensors`). A backend overrides the hooks ``_configure``,
 ``_wrap``, ``hf_model``, ``_backward``, ``_set_grad_sync``, ``_zero_grad``, ``_optimizer_step``
 and ``_full_parameters``, plus checkpoints and offload. The contracts (logprob alignment,
