@@ -17,9 +17,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ["envs", "webshop", "sandbox", "rollout", "train_step", "model_update", "rlvr_learning", "learning", "main_job",
-         "soak"]
-NOT_IN_ALL = {"gpu_check", "learning", "soak", "rlvr_learning", "main_job"}
-"""Needs a GPU, or a chain of training runs of many minutes even with --quick."""
+         "soak", "trl_compare"]
+NOT_IN_ALL = {"gpu_check", "learning", "soak", "rlvr_learning", "main_job", "trl_compare"}
+"""Needs a GPU, or a chain of training runs of many minutes even with --quick (trl_compare:
+an SFT warm start, a pip install of TRL and two training runs)."""
 
 
 def benches() -> list[str]:
