@@ -3,8 +3,9 @@
 One step, each phase a method below:
 
     sync_weights -> collect_rollouts (sample prompts by domain_interleave_probs; generate
-      num_return_sequences responses each; score every response on its domain's reward
-      workers as soon as it finishes; dynamic sampling refills dropped groups)
+      num_return_sequences responses each, a prompt's group in one call to an inference
+      worker; score a group on its domain's reward workers, in one call, as soon as it
+      finishes; dynamic sampling refills dropped groups)
       -> reference_logprobs -> old_logprobs -> critic_values -> advantages -> train_critic
       -> train_actor -> (checkpoint, validation per domain: BasePipeline)
 
@@ -23,6 +24,7 @@ the sample (roll/workers/reward.py), a step with no trainable sample, or one whe
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import random
 from collections import Counter, defaultdict
@@ -133,8 +135,12 @@ class RLVRPipeline(BasePipeline):
         self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
 
         self.make_pool()
-        self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
-        self.reward_clusters = {name: self._make_reward_cluster(name, rc) for name, rc in cfg.rewards.items()}
+        # Start-up is spent starting worker processes (imports, model loads): the reward workers
+        # start in a thread while the policy roles are built instead of after them.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-setup") as ex:
+            rewards = ex.submit(lambda: {name: self._make_reward_cluster(name, rc) for name, rc in cfg.rewards.items()})
+            self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
+            self.reward_clusters = rewards.result()
         self.rewards = RewardClient(self.reward_clusters, self.tag_to_reward, dict(cfg.rewards))
         self.loop = LoopThread("rlvr-rollout")
         self.router = Router(self.policy.actor_infer.workers, cfg.rollout.max_inflight_per_worker)
@@ -282,34 +288,33 @@ class RLVRPipeline(BasePipeline):
     async def _generate_groups(self, prompts: list[Prompt], step: int, round_: int, n: int,
                                temperature: float, validation: bool = False) -> list[list[Response]]:
         prefix = "val" if validation else "train"
-        return await asyncio.gather(*(
-            asyncio.gather(*(self._respond(p, f"{prefix}-s{step}-r{round_}-p{k}", i, temperature, validation)
-                             for i in range(n)))
-            for k, p in enumerate(prompts)))
+        return await asyncio.gather(*(self._respond_group(p, f"{prefix}-s{step}-r{round_}-p{k}", n, temperature)
+                                      for k, p in enumerate(prompts)))
 
-    async def _respond(self, prompt: Prompt, group_id: str, index: int, temperature: float,
-                       validation: bool) -> Response:
-        """Generate one response, then score it right away (rewards overlap generation)."""
+    async def _respond_group(self, prompt: Prompt, group_id: str, n: int, temperature: float) -> list[Response]:
+        """Generate a prompt's ``n`` responses in one call to one inference worker, then score
+        them in one call to a reward worker (per group, so rewards overlap the other groups'
+        generation): two round trips per group instead of two per response."""
         gen = self.cfg.actor_infer.generating_args
-        request = GenerationRequest(
-            request_id=f"{group_id}-{index}", prompt_ids=prompt.ids, max_new_tokens=gen.max_new_tokens,
+        requests = [GenerationRequest(
+            request_id=f"{group_id}-{i}", prompt_ids=prompt.ids, max_new_tokens=gen.max_new_tokens,
             temperature=temperature if gen.do_sample else 0.0, top_p=gen.top_p, top_k=gen.top_k,
-            seed=random.Random(f"{self.cfg.seed}-{group_id}-{index}").randrange(2**31),
-            stop_strings=list(gen.stop_strings))
+            seed=random.Random(f"{self.cfg.seed}-{group_id}-{i}").randrange(2**31),
+            stop_strings=list(gen.stop_strings)) for i in range(n)]
         try:
-            result = await self.router.generate(request)
-        except Exception as e:  # noqa: BLE001  (a dead or failing inference worker: this sample fails, counted)
-            logger.warning("generation of %s failed: %s", request.request_id, e)
-            return Response(prompt, group_id, [], [], "", False,
-                            RewardResult(failed="inference_error", error=f"{type(e).__name__}: {str(e)[:300]}"), index=index)
-        text = self.tokenizer.decode(result.output_ids, skip_special_tokens=True)
-        sample = {**prompt.sample.fields, "response": text, "prompt_text": prompt.sample.prompt_text}
-        if not result.output_ids:
-            reward = RewardResult(failed="empty_response", error="EmptyResponse: no tokens generated")
-        else:
-            reward = await self.rewards.score(prompt.sample.tag, sample)
-        return Response(prompt, group_id, list(result.output_ids), list(result.logprobs), text,
-                        result.finish_reason == "length", reward, result.policy_version, index)
+            results = await self.router.generate_batch(requests)
+        except Exception as e:  # noqa: BLE001  (a dead or failing inference worker: these samples fail, counted)
+            logger.warning("generation of group %s failed: %s", group_id, e)
+            failed = RewardResult(failed="inference_error", error=f"{type(e).__name__}: {str(e)[:300]}")
+            return [Response(prompt, group_id, [], [], "", False, dataclasses.replace(failed), index=i) for i in range(n)]
+        texts = [self.tokenizer.decode(r.output_ids, skip_special_tokens=True) for r in results]
+        scored = [i for i, r in enumerate(results) if r.output_ids]
+        samples = [{**prompt.sample.fields, "response": texts[i], "prompt_text": prompt.sample.prompt_text} for i in scored]
+        rewards = dict(zip(scored, await self.rewards.score_batch(prompt.sample.tag, samples)))
+        empty = RewardResult(failed="empty_response", error="EmptyResponse: no tokens generated")
+        return [Response(prompt, group_id, list(r.output_ids), list(r.logprobs), texts[i], r.finish_reason == "length",
+                         rewards.get(i) or dataclasses.replace(empty), r.policy_version, i)
+                for i, r in enumerate(results)]
 
     def build_batch(self, samples: list[Response]) -> Batch:
         """The training batch of ``samples`` through ``trajectories_to_batch``: each response
