@@ -99,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ["ROLL_VERBOSE"] = "1"  # the hook for the run's console output
     from roll.utils.console import quiet_console
 
-    quiet_console()  # roll's INFO lines to run.log, library warnings and bars off (roll/utils/console.py)
+    quiet_console()  # roll's INFO lines to run.log only, library progress bars off (roll/utils/console.py)
     if load_entry_point("roll.pipelines.chain:is_chain_file")(args.config):
         return _run_chain(args)
     cfg = _load(args)

@@ -1,5 +1,5 @@
 """The default console of `roll run` (roll/utils/console.py): step lines, validation lines,
-ETA, the stdout tracker's dump only with --verbose, and the per-process warning filters."""
+ETA, and the stdout tracker's dump only with --verbose."""
 from __future__ import annotations
 
 import io

@@ -9,8 +9,8 @@ lines. The full metric dump is the ``stdout`` tracker's (roll/tracking/backends.
 trackers (``logs/metrics.jsonl``, TensorBoard, wandb).
 
 :func:`quiet_process` is the per-process hook (driver and every Ray worker, through
-``roll.utils.logging.setup_logging``) that keeps library warnings and progress bars off the
-console unless ``ROLL_VERBOSE=1``.
+``roll.utils.logging.setup_logging``) that keeps library progress bars off the console unless
+``ROLL_VERBOSE=1``; :func:`quiet_console` keeps roll's INFO records in ``run.log`` only.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import re
 import shutil
 import sys
 import time
-import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any, Mapping, Optional, TextIO
@@ -323,20 +322,14 @@ def logger():
 
 
 # ---------------------------------------------------------------------------- quiet processes
-# Warnings from libraries that roll cannot fix at their source, by message (regex, start of the
-# message). Each names why it is not fixed where it arises.
-QUIET_WARNINGS: tuple[tuple[str, type[Warning]], ...] = ()
-
-
 def quiet_process() -> None:
-    """Keep library warnings and progress bars off this process's output (driver or Ray
-    worker) unless ``ROLL_VERBOSE=1``. Environment variables reach libraries imported later;
-    the ones already imported are told directly."""
+    """Keep library progress bars off this process's output (driver or Ray worker) unless
+    ``ROLL_VERBOSE=1``: Hugging Face's weight-loading and shard-writing bars, which every
+    model load and save would print. Library warnings are fixed where they arise instead (none
+    is filtered: a run of every shipped CPU config prints none). The environment variable
+    reaches libraries imported later; the ones already imported are told directly."""
     if is_verbose():
         return
-    for message, category in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category)
-    # Hugging Face's download / weight-loading / shard-writing bars
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
@@ -365,7 +358,7 @@ class _ConsoleLevel(logging.Filter):
 
 def quiet_console() -> None:
     """`roll run`'s driver: roll's INFO records go to ``run.log`` (and the console with
-    --verbose), library warnings and bars are off (:func:`quiet_process`)."""
+    --verbose), library progress bars are off (:func:`quiet_process`)."""
     from roll.utils.logging import setup_logging
 
     setup_logging()

@@ -30,7 +30,7 @@ def setup_logging(level: str | int | None = None) -> None:
     logger.propagate = False
     from roll.utils.console import quiet_process
 
-    quiet_process()  # library warnings and progress bars, in the driver and in every Ray worker
+    quiet_process()  # library progress bars, in the driver and in every Ray worker
 
 
 def get_logger(name: str) -> logging.Logger:
