@@ -179,11 +179,15 @@ class RLVRPipeline(BasePipeline):
         return route
 
     def _make_reward_cluster(self, name: str, rc: Any) -> Any:
+        from ray import cloudpickle
+
         judge_workers, judge_path = None, None
         if rc.judge is not None:
             judge_path = resolve_model(rc.judge.model_name_or_path or self.cfg.pretrain)
             judge = self.make_cluster(f"reward.{name}.judge", InferenceWorker, rc.judge, model_path=judge_path)
-            judge_workers = judge.workers
+            # pickled here: actor handles among an actor's creation arguments make Ray log an error
+            # for every restartable actor (roll/workers/environment.py, EnvironmentWorkerActor)
+            judge_workers = cloudpickle.dumps(list(judge.workers))
         wc = WorkerConfig(world_size=rc.world_size, num_cpus_per_worker=1.0,
                           max_concurrency=max(16, 4 * (rc.max_concurrency + rc.max_hung_calls)),
                           call_timeout_s=rc.timeout_s + 60.0, max_restarts=-1)

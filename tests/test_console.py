@@ -39,8 +39,10 @@ def test_sft_step_line_shows_the_loss():
     assert step_line(SFT, 7, 7, step_s=0.5, eta_s=0.0) == "step 7/7 | loss 1.23 | 0.5 s/step"  # no ETA on the last step
 
 
-def test_failed_episodes_are_shown():
+def test_failed_episodes_and_rewards_are_shown():
     assert "failed 3" in step_line({**AGENTIC, "rollout/episodes_failed": 3.0}, 1, 2)
+    all_failed = {**RLVR, "reward/qa/failed": 4.0}  # no score: every qa reward raised
+    assert "  qa failed 4 |" in step_line(all_failed, 1, 2)
 
 
 def test_validation_line_sampled_then_greedy():

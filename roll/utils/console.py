@@ -61,7 +61,8 @@ def format_duration(seconds: float) -> str:
 
 # (metric suffix, label) per env tag (``env/<tag>/...``) and per RLVR domain (``reward/<tag>/...``)
 _ENV_FIELDS = (("success", "success"), ("return", "return"), ("invalid_action_rate", "invalid"))
-_DOMAIN_FIELDS = (("score", "reward"), ("success", "acc"))
+_DOMAIN_FIELDS = (("score", "reward"), ("success", "acc"), ("failed", "failed"))
+_SHOWN_IF_NONZERO = {"failed"}  # counted failures are news only when there are some
 
 
 def _per_tag(metrics: Mapping[str, float], prefix: str, fields: tuple[tuple[str, str], ...]) -> list[str]:
@@ -75,8 +76,11 @@ def _per_tag(metrics: Mapping[str, float], prefix: str, fields: tuple[tuple[str,
             tags.setdefault(m["tag"], {})[m["field"]] = value
     out = []
     for tag in sorted(tags):
-        shown = [f"{label} {format_value(tags[tag][suffix])}" for suffix, label in fields if suffix in tags[tag]]
-        out.append(f"{tag} {' '.join(shown)}")
+        shown = [f"{label} {format_value(v) if suffix not in _SHOWN_IF_NONZERO else int(v)}"
+                 for suffix, label in fields if (v := tags[tag].get(suffix)) is not None
+                 and (v or suffix not in _SHOWN_IF_NONZERO)]
+        if shown:
+            out.append(f"{tag} {' '.join(shown)}")
     return out
 
 

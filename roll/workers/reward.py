@@ -120,12 +120,16 @@ class RewardWorker(Worker):
     collective = False
 
     def __init__(self, role: str, rank: int, world_size: int, worker_config: Any, *, reward_config: Any,
-                 imports: Sequence[str] = (), judge_workers: list | None = None,
+                 imports: Sequence[str] = (), judge_workers: list | bytes | None = None,
                  judge_model_path: str | None = None, reward_fn: Any | None = None, **kwargs: Any):
         super().__init__(role, rank, world_size, worker_config, **kwargs)
         self.reward_config = reward_config
         self.override_fn = reward_fn  # a callable instead of the registry id (programmatic use, tests)
         self.imports = list(imports)
+        if isinstance(judge_workers, bytes):  # the handles, pickled by the driver (pipelines/rlvr.py)
+            from ray import cloudpickle
+
+            judge_workers = cloudpickle.loads(judge_workers)
         self.judge_workers = judge_workers
         self.judge_model_path = judge_model_path
         self.fn = None
