@@ -16,12 +16,16 @@ SMALL = ["max_steps=2", "save_steps=0", "rollout_batch_size=4", "val_batch_size=
          "actor_train.training_args.gradient_accumulation_steps=1",
          "actor_infer.generating_args.max_new_tokens=8", "show_progress=true"]
 STEP = re.compile(r"^step [12]/2 \| SimpleSokoban success \S+ return \S+ invalid \S+ \| .* s/step")
+# the full sokoban_cpu settings ran 2 steps in 96 s on a 2-core machine; at a load average of 50 to 70
+# these smaller runs took 6 to over 10 minutes
+LIMIT_S = 900
 VAL = re.compile(r"^val  [02]/2 \| sampled: SimpleSokoban success \S+ return \S+ invalid \S+$")
 
 
 def test_default_console_is_one_line_per_step(tmp_path):
     out = tmp_path / "run"
-    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=2", f"output_dir={out}"])
+    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=2", f"output_dir={out}"],
+                   timeout=LIMIT_S)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -45,7 +49,7 @@ def test_default_console_is_one_line_per_step(tmp_path):
 def test_verbose_console_has_the_metric_dump(tmp_path):
     out = tmp_path / "run"
     proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=0", f"output_dir={out}",
-                    "--verbose"])
+                    "--verbose"], timeout=LIMIT_S)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     dumps = [ln for ln in text.splitlines() if ln.startswith("[step ")]
