@@ -18,11 +18,12 @@ import itertools
 import re
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll.registry import REWARDS
 from roll.rewards.base import RewardOutput
-from roll.strategies.base import GenerationRequest, GenerationResult
+if TYPE_CHECKING:
+    from roll.strategies.base import GenerationRequest, GenerationResult
 
 DEFAULT_PROMPT = (
     "You are grading an answer.\n"
@@ -71,6 +72,10 @@ class JudgeClient:
                                                  add_generation_prompt=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
+        # imported here: roll.strategies.base imports torch, which a reward worker that never
+        # asks a judge (every reward process imports this module) should not load
+        from roll.strategies.base import GenerationRequest
+
         request = GenerationRequest(request_id=f"judge-{uuid.uuid4().hex[:12]}", prompt_ids=list(ids),
                                     max_new_tokens=max_new_tokens or self.max_new_tokens,
                                     temperature=self.temperature, seed=next(self._seeds))
