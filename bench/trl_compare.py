@@ -156,8 +156,24 @@ def tree_pss_mb(root: int) -> tuple[float, int]:
     return total / 1024, n
 
 
-def run_measured(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float]:
-    """Run ``cmd`` to completion; its start time, wall and peak tree PSS."""
+RAY_START_TIMEOUT = "timed out during startup"
+"""Ray's own 30 s limit for its node to come up, which a heavily loaded machine can miss."""
+
+
+def run_measured(cmd: list[str], log: Path, env: dict[str, str], retries: int = 2) -> dict[str, float]:
+    """Run ``cmd`` to completion; its start time, wall and peak tree PSS. A run whose Ray node
+    did not come up in time is run again (at most ``retries`` times, counted in the result)."""
+    for attempt in range(retries + 1):
+        try:
+            return {**_run_once(cmd, log, env), "ray_start_retries": attempt}
+        except RuntimeError as e:
+            if RAY_START_TIMEOUT not in log.read_text(errors="replace") or attempt == retries:
+                sys.exit(str(e))
+            print(f"Ray did not start in time (machine load {os.getloadavg()[0]:.0f}); running again", flush=True)
+    raise AssertionError("unreachable")
+
+
+def _run_once(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float]:
     t0 = time.time()
     load0 = os.getloadavg()[0]
     with open(log, "w") as f:
@@ -178,7 +194,7 @@ def run_measured(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, fl
     th.join()
     wall = time.time() - t0
     if rc != 0:
-        sys.exit(f"command failed ({rc}), see {log}: {' '.join(shlex.quote(c) for c in cmd)}")
+        raise RuntimeError(f"command failed ({rc}), see {log}: {' '.join(shlex.quote(c) for c in cmd)}")
     return {"t0": t0, "wall_s": wall, "peak_pss_mb": peak[0], "peak_procs": peak[1],
             "load_avg": (load0 + os.getloadavg()[0]) / 2}
 
@@ -294,6 +310,10 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
                      f"{r['wall_s']:.1f} | {r['peak_pss_mb']:.0f} ({r['peak_procs']}) | {r['acc']['greedy']:.3f} | {r['acc']['sampled']:.3f} |")
     if phases:
         lines += ["", "roll's phases (first run, median of steps 3..N, s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()) + "."]
+    retried = sum(r.get("ray_start_retries", 0) for rs in runs.values() for r in rs)
+    if retried:
+        lines += ["", f"{retried} roll run(s) were started again because Ray's node missed its 30 s start-up limit "
+                  "under the machine's load (the measured run is the one that started)."]
     loads = [r["load_avg"] for rs in runs.values() for r in rs if "load_avg" in r]
     if loads:
         lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (other jobs); "

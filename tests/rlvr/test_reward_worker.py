@@ -114,3 +114,15 @@ def test_unknown_tag_is_an_error():
     client = RewardClient({}, {}, {})
     with pytest.raises(KeyError, match="no reward configured"):
         asyncio.run(client.score("nope", {}))
+
+
+def test_reward_worker_process_does_not_load_torch():
+    """A reward worker imports its module and every registered reward; none of that needs
+    torch (it costs seconds of start-up and memory per reward process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, roll.workers.reward; from roll.registry import REWARDS; REWARDS.get('math_rule'); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.strip() == "[]"
