@@ -108,7 +108,8 @@ def trl_python(venv: Path) -> Path:
     site = next((venv / "lib").glob("python3*/site-packages"))
     import site as _site
 
-    (site / "roll_env.pth").write_text("\n".join(_site.getsitepackages()) + "\n")
+    # addsitedir, not plain paths: it also reads the .pth files there (roll's editable install)
+    (site / "roll_env.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in _site.getsitepackages()))
     constraints = venv / "constraints.txt"
     constraints.write_text("\n".join(PINS) + "\n")
     proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(constraints),
