@@ -166,7 +166,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     (out_root / "results.json").write_text(json.dumps(runs, indent=1))
     result = result_line({"main_gain_pp": round(min(r["gain"] for r in runs), 1),
                           "main_wall_s": round(max(r["wall_s"] for r in runs))})
-    invocation = shlex.join(["python", "bench/main_job.py", *(argv if argv is not None else sys.argv[1:])])
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--note" in given:  # the note is in the section already
+        i = given.index("--note")
+        del given[i:i + 2]
+    invocation = shlex.join(["python", "bench/main_job.py", *given])
     write_section(section_text(runs, invocation, result, args.note), quick=args.quick)
     print(result)
     return 0
