@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
 from common import result_line, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,20 +100,24 @@ def se(pct: float, n: int) -> float:
 
 def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note: str = "") -> str:
     n = runs[0]["episodes"]
+    with open(ROOT / CONFIG) as f:
+        grpo = yaml.safe_load(f)["stages"]["grpo"]["overrides"]
+    steps, every = grpo["max_steps"], grpo["eval_steps"]
+    rounds = ", ".join(str(s) for s in range(0, steps, every)) + f" and {steps}"
     lines = [SECTION, "",
              f"`{invocation}`: the README's main command, `roll run {CONFIG}`, once per seed (`seed=S`), each a",
-             "fresh process on the 2-core CPU that five other people share (the load average before and",
-             "after each run is in the table: with a load of L on 2 cores a run gets about 2/L of the",
+             "fresh process on the 2-core CPU (the load average before and after each run is in the",
+             "table: with a load of L on 2 cores a run gets about 2/L of the",
              "CPU). The chain: `baseline` (validation of the untrained model), `demos` (1000 expert",
-             "episodes, half the actions random), `sft` (300 steps), `grpo` (50 steps, validation at",
-             f"steps 0, 25 and 50). Held-out success on {n} FrozenLake maps never trained on (env seeds",
+             f"episodes, half the actions random), `sft` (300 steps), `grpo` ({steps} steps, validation at",
+             f"steps {rounds}). Held-out success on {n} FrozenLake maps never trained on (env seeds",
              "seed+100000 on), greedy and sampled at temperature 1.0; ± is the standard error of one",
              f"rate over {n} episodes (at most {50 / math.sqrt(n):.1f} points), so a gain has a standard error of at",
              f"most {50 * math.sqrt(2 / n):.1f}.",
              "Gain = RL end - SFT start (the grpo stage's step-0 validation), per decoding mode. Wall =",
              "the whole `roll run` process (Ray start-up, every stage, validation rounds). Sizes from the",
              "Learning section's FrozenLake chain (25 / 27 -> 59 / 59 % at RL step 50 of 300, on 64 maps):",
-             "50 RL steps keep the chain short; 256 validation maps keep the noise of a gain well under 20.",
+             f"{steps} RL steps keep the chain within 10 minutes; {n} validation maps keep the noise of a gain well under 20.",
              *([note] if note else []), "",
              "| seed | untrained greedy / sampled | SFT start greedy / sampled | RL end greedy / sampled | "
              "gain greedy / sampled (pp) | wall (s): baseline, demos, sft, grpo; total | load before / after |",
