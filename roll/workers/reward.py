@@ -238,13 +238,16 @@ class RewardClient:
                     break
             finally:
                 self.outstanding[name][rank] -= 1
+        self._count(tag, result)
+        return result
+
+    def _count(self, tag: str, result: RewardResult) -> None:
         c = self.counts[tag]
         c["samples"] += 1
         if result.failed:
             c["failed"] += 1
             c[f"failed_{result.failed}"] += 1
             c[f"errors/{result.error.split(':', 1)[0]}"] += 1
-        return result
 
     async def score_batch(self, tag: str, samples: list[dict]) -> list[RewardResult]:
         """Score several samples of one domain with ONE call to one worker (``compute_batch``);
@@ -268,13 +271,8 @@ class RewardClient:
             self.outstanding[name][rank] -= len(samples)
         if results is None:
             return list(await asyncio.gather(*(self.score(tag, s) for s in samples)))
-        c = self.counts[tag]
         for result in results:
-            c["samples"] += 1
-            if result.failed:
-                c["failed"] += 1
-                c[f"failed_{result.failed}"] += 1
-                c[f"errors/{result.error.split(':', 1)[0]}"] += 1
+            self._count(tag, result)
         return results
 
     async def _recover(self, name: str) -> bool:
