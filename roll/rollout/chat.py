@@ -12,6 +12,11 @@ the *assistant suffix*; its first token is the end-of-turn token. When the model
 ends with that token, only the rest of the suffix (``\\n``) is appended as non-model tokens;
 otherwise (length cut, abort) the whole suffix is.
 
+Tool turns (docs/tools.md) work the same way: the first prompt renders the tool schemas
+through the template's ``tools=``, and a tool-calling model turn is followed by the delta the
+template adds for one or more ``tool`` messages after an assistant turn (Qwen-style templates
+wrap them in one user turn of ``<tool_response>`` blocks), ending with the generation prompt.
+
 Documented non-prefix-stable case: templates that rewrite earlier assistant turns (Qwen3
 strips ``<think>`` blocks from history) or models that emit a non-canonical tokenization of
 their text. Re-rendering the whole conversation then differs from what the model saw; the
@@ -19,6 +24,7 @@ trajectory keeps the generated ids and logprobs unchanged, which is what trainin
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -57,8 +63,12 @@ class ChatRenderer:
     def _head(self) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
 
-    def render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    def render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool,
+                    tools: list[dict] | None = None) -> str:
+        # tools only when there are some: a template without tool support still renders the rest
+        extra = {"tools": tools} if tools else {}
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                  **extra)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -66,11 +76,12 @@ class ChatRenderer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def initial_prompt(self, user_content: str) -> list[int]:
-        """(system, first user turn) with the generation prompt, as ids."""
+    def initial_prompt(self, user_content: str, tools: list[dict] | None = None) -> list[int]:
+        """(system, first user turn) with the generation prompt, as ids; ``tools`` (OpenAI
+        function schemas) are rendered by the template."""
         # the episodes of a group share their env seed, hence their first prompt
-        return self._cached(("first", user_content), lambda: self.encode(self.render_text(
-            self._head() + [{"role": "user", "content": user_content}], add_generation_prompt=True)))
+        return self._cached(("first", user_content, _tools_key(tools)), lambda: self.encode(self.render_text(
+            self._head() + [{"role": "user", "content": user_content}], add_generation_prompt=True, tools=tools)))
 
     def _cached(self, key: tuple, render: Callable[[], list[int]]) -> list[int]:
         ids = self._cache.get(key)
@@ -105,9 +116,35 @@ class ChatRenderer:
 
         return self._cached(("delta", user_content), render)
 
+    def tool_turn_delta(self, contents: list[str], tools: list[dict] | None = None) -> list[int]:
+        """Ids the template adds for ``tool`` messages (one per result, in call order) after a
+        closed assistant turn, ending with the generation prompt."""
+        if not contents:
+            raise ValueError("a tool turn needs at least one tool result")
+        key = _tools_key(tools)
+
+        def render() -> list[int]:
+            dialog = self._head() + [{"role": "user", "content": _DUMMY_USER},
+                                     {"role": "assistant", "content": _DUMMY_ASSISTANT}]
+            closed = self.render_text(dialog, add_generation_prompt=False, tools=tools)
+            full = self.render_text(dialog + [{"role": "tool", "content": c} for c in contents],
+                                    add_generation_prompt=True, tools=tools)
+            if not full.startswith(closed):
+                raise ValueError("chat template rewrites history when tool messages are added; "
+                                 "cannot append tool results token-exactly")
+            if not closed.endswith(_DUMMY_ASSISTANT + self.assistant_suffix):
+                raise ValueError("chat template closes assistant turns differently when tools are declared")
+            return self.encode(full[len(closed):])
+
+        return self._cached(("tool", tuple(contents), key), render)
+
     def assistant_text(self, output_ids: list[int]) -> str:
         """The text of a model turn as the template would show it (end-of-turn token removed)."""
         ids = list(output_ids)
         if ids and ids[-1] in self.stop_token_ids:
             ids = ids[:-1]
         return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _tools_key(tools: list[dict] | None) -> str:
+    return json.dumps(tools, sort_keys=True) if tools else ""

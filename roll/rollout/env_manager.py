@@ -9,6 +9,11 @@ The episode is split into ``reset`` / ``generate_turn`` / ``step_env`` so the sa
 per-sample (``run``: each episode at its own pace) and in lockstep (the scheduler's sync
 baseline calls each phase for all episodes of a batch together). Results are identical.
 
+Tool envs (docs/tools.md; an env exposing ``tool_schemas``, ``tool_turn`` and ``tool_stats``,
+e.g. roll/Tools-v0): the first prompt renders the tool schemas; a model turn that calls tools
+is answered with the template's delta for ``tool`` messages instead of an env step. It counts
+as a turn (reward 0) against ``max_turns``, so every episode still ends.
+
 Failures are typed (``Trajectory.failure``): ``env_error`` (reset/step raised),
 ``env_timeout`` (slower than ``step_timeout_s``), ``inference_error`` / ``worker_died``
 (generation failed), plus two non-infrastructure stops the scheduler restarts: ``stale``
@@ -64,6 +69,23 @@ class EpisodeFailure(Exception):
         self.detail = detail
         self.permanent = permanent
         self.traceback = traceback
+
+
+class _ToolCapability:
+    """The tool hooks of an env (through gymnasium wrappers)."""
+
+    def __init__(self, schemas: list[dict], turn: Any, stats: Any):
+        self.schemas, self.turn, self.stats = schemas, turn, stats
+
+
+def _tool_capability(env: Any) -> _ToolCapability | None:
+    """The env's tool hooks, or None for an env without tools."""
+    get = getattr(env, "get_wrapper_attr", None)
+    try:
+        attrs = [get(n) if get is not None else getattr(env, n) for n in ("tool_schemas", "tool_turn", "tool_stats")]
+    except AttributeError:
+        return None
+    return _ToolCapability(*attrs)
 
 
 def format_turn(template: str, **fields: Any) -> str:
@@ -127,6 +149,9 @@ class EnvManager:
         self.invalid_actions = 0
         self.effective_actions = 0
         self.partial_resumes = 0
+        self.tools = _tool_capability(env)
+        self.tool_schemas: list[dict] | None = None
+        self.tool_stats: dict[str, int] = {}
         self.gen_time = self.env_time = self.wait_time = 0.0
         self.t_start = time.monotonic()
 
@@ -142,8 +167,14 @@ class EnvManager:
         first = self._render_turn(reward=0.0)
         user = f"{self.instruction}\n\n{first}" if self.instruction else first
         self.messages.append({"role": "user", "content": user})
+        if self.tools is not None:
+            if self.step_mode:
+                return self._fail(EpisodeFailure(
+                    "env_error", f"env {self.cfg.env_id!r} has tools, which need env manager mode 'trajectory' "
+                    "(step mode rebuilds each prompt from a window of user/assistant turns)", permanent=True))
+            self.tool_schemas = list(self.tools.schemas)
         if not self.step_mode:
-            self._append(self.renderer.initial_prompt(user), model=False)
+            self._append(self.renderer.initial_prompt(user, tools=self.tool_schemas), model=False)
             if len(self.ids) >= self.mcfg.max_context_tokens:
                 self._fail(EpisodeFailure("context_overflow", f"first prompt has {len(self.ids)} tokens"))
 
@@ -223,6 +254,14 @@ class EnvManager:
         if self.done:
             return
         text = self.renderer.decode(self.last_output)
+        if self.tools is not None:
+            try:
+                tool_turn = await self._env_call(self.tools.turn, text)
+            except EpisodeFailure as f:
+                return self._fail(f)
+            self.tool_stats = dict(self.tools.stats())
+            if tool_turn is not None:
+                return self._append_tool_turn(tool_turn)
         try:
             obs, reward, terminated, truncated, info = await self._env_call(self.env.step, text)
             self._check_observation(obs, "step")
@@ -256,6 +295,24 @@ class EnvManager:
                 return
             self._append(delta, model=False)
 
+    def _append_tool_turn(self, tool_turn: Any) -> None:
+        """The tool results as ``tool`` messages: a turn with reward 0 and no env step."""
+        self.turn += 1
+        self.turn_rewards.append(0.0)
+        errors = [r.error for r in tool_turn.results if r.error]
+        self.turn_actions.append({"actions": [f"tool:{r.call.name or '?'}" for r in tool_turn.results],
+                                  "valid": not errors, "error": "; ".join(errors)})
+        if self.turn >= self.cfg.max_turns:
+            self.truncated = self.done = True
+            return
+        contents = [r.content for r in tool_turn.results]
+        delta = self.renderer.tool_turn_delta(contents, self.tool_schemas)
+        if len(self.ids) + len(delta) >= self.mcfg.max_context_tokens:
+            self.truncated = self.done = True  # the model never sees cut tool results
+            return
+        self.messages += [{"role": "tool", "content": c} for c in contents]
+        self._append(delta, model=False)
+
     async def run(self) -> list[Trajectory]:
         await self.reset()
         while not self.done:
@@ -276,6 +333,10 @@ class EnvManager:
             "time/total_s": time.monotonic() - self.t_start,
             "partial_resumes": float(self.partial_resumes),
         }
+        if self.tools is not None:
+            metrics.update({f"tool/{k}": float(v) for k, v in self.tool_stats.items()})
+            for key in ("calls", "errors", "turns"):
+                metrics.setdefault(f"tool/{key}", 0.0)
         common = dict(
             final_reward=self.final_reward, episode_return=episode_return, success=self.success,
             num_turns=self.turn, terminated=self.terminated, truncated=self.truncated,

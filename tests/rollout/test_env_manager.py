@@ -23,9 +23,9 @@ def run_episode(tok, env_id, client, seed=3, max_turns=3, mode="trajectory", **m
     return asyncio.run(worker.run_episode(spec))
 
 
-def render_ids(tok, system, messages, add_generation_prompt=False):
+def render_ids(tok, system, messages, add_generation_prompt=False, tools=None):
     text = tok.apply_chat_template([{"role": "system", "content": system}] + messages, tokenize=False,
-                                   add_generation_prompt=add_generation_prompt)
+                                   add_generation_prompt=add_generation_prompt, tools=tools)
     return tok.encode(text, add_special_tokens=False)
 
 
@@ -53,7 +53,12 @@ def test_token_exact_against_whole_conversation_rendering(tok, env_id):
     assert traj.failure is None, traj.failure_detail
     system = EnvConfig(env_id=env_id).system_prompt
     # the assembled ids equal the chat template's rendering of the whole conversation
-    assert traj.input_ids == render_ids(tok, system, traj.messages)
+    # tool envs (roll/Tools-v0, docs/tools.md) render their tool schemas into the first prompt
+    try:
+        tools = gymnasium.make(env_id).get_wrapper_attr("tool_schemas")
+    except AttributeError:
+        tools = None
+    assert traj.input_ids == render_ids(tok, system, traj.messages, tools=tools)
     # ... and every model span is exactly what the engine returned, with its logprobs
     spans = model_spans(traj)
     assert len(spans) == traj.num_turns == len(client.requests)

@@ -1,0 +1,162 @@
+"""ToolExecutor: turns one model turn into tool results, counting every call and error.
+
+``handle(text)`` parses the turn with the parser; ``None`` means the turn calls no tool (it is
+the answer, for the env). Otherwise every call is checked (known tool, arguments valid against
+its schema, budget left), run with its tool's timeout, and answered with one result string, in
+call order. Nothing a model writes raises out of here: every problem becomes an error result
+of a counted kind (``ERROR_KINDS``).
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+from roll.registry import TOOLS
+from roll.tools.base import Tool, ToolConfigError, ToolError, schema, validate_arguments
+from roll.tools.parsers import ToolCall, ToolCallParser, build_parser
+
+logger = logging.getLogger(__name__)
+
+ERROR_KINDS = ("malformed", "missing_name", "bad_arguments", "unknown_tool", "budget", "tool_error", "exception", "timeout")
+
+
+@dataclass
+class ToolResult:
+    call: ToolCall
+    content: str
+    error: str = ""
+
+
+@dataclass
+class ToolTurn:
+    """The results of one tool-calling model turn, one per attempted call."""
+
+    results: list[ToolResult] = field(default_factory=list)
+
+    @property
+    def contents(self) -> list[str]:
+        return [r.content for r in self.results]
+
+    @property
+    def errors(self) -> list[str]:
+        return [r.error for r in self.results if r.error]
+
+
+def build_tool(spec: Any) -> Tool:
+    """A tool from a registry id, ``{"id": ..., **options}``, or a tool object."""
+    if isinstance(spec, str):
+        return TOOLS.get(spec)()
+    if isinstance(spec, Mapping):
+        options = dict(spec)
+        if "id" not in options:
+            raise ToolConfigError(f"a tool given as a mapping needs an 'id' (registered: {', '.join(TOOLS.ids())}), got {spec}")
+        return TOOLS.get(str(options.pop("id")))(**options)
+    if isinstance(spec, Tool):
+        return spec
+    raise ToolConfigError(f"a tool is a registry id, a mapping with 'id', or a tool object; got {type(spec).__name__}")
+
+
+class ToolExecutor:
+    """The tools of one env, its call parser and its per-episode call budget."""
+
+    def __init__(self, tools: Sequence[Any], parser: str | Mapping[str, Any] = "hermes", max_calls_per_episode: int = 8,
+                 max_result_chars: int = 4000):
+        built = [build_tool(t) for t in tools]
+        self.tools: dict[str, Tool] = {}
+        for tool in built:
+            if tool.name in self.tools:
+                raise ToolConfigError(f"two tools are named {tool.name!r}")
+            self.tools[tool.name] = tool
+        if not self.tools:
+            raise ToolConfigError("a tool env needs at least one tool")
+        if max_calls_per_episode < 1:
+            raise ToolConfigError(f"max_calls_per_episode must be >= 1, got {max_calls_per_episode}")
+        self.parser: ToolCallParser = build_parser(dict(parser) if isinstance(parser, Mapping) else parser)
+        self.max_calls_per_episode = int(max_calls_per_episode)
+        self.max_result_chars = int(max_result_chars)
+        self.schemas: list[dict[str, Any]] = [schema(t) for t in self.tools.values()]
+        self._pool: ThreadPoolExecutor | None = None
+        self.calls_left = self.max_calls_per_episode
+        self.stats: Counter = Counter()
+
+    def reset(self) -> None:
+        """A new episode: the budget is full and the counts start at zero."""
+        self.calls_left = self.max_calls_per_episode
+        self.stats = Counter()
+
+    def handle(self, text: str) -> ToolTurn | None:
+        """Tool results for a turn that calls tools; None when it does not, or when the
+        budget is spent (the turn then goes to the env as the answer)."""
+        calls = self.parser(text)
+        if calls is None:
+            return None
+        if self.calls_left <= 0:
+            self.stats["over_budget_turns"] += 1
+            return None
+        turn = ToolTurn()
+        for call in calls:
+            result = self._one(call)
+            turn.results.append(result)
+            self.stats["calls"] += 1
+            if call.name in self.tools:
+                self.stats[f"calls/{call.name}"] += 1
+            if result.error:
+                self.stats["errors"] += 1
+                self.stats[f"errors/{result.error}"] += 1
+                if call.name in self.tools:
+                    self.stats[f"errors/{call.name}"] += 1
+        self.stats["turns"] += 1
+        return turn
+
+    def _one(self, call: ToolCall) -> ToolResult:
+        if call.error:
+            return ToolResult(call, f"Error: {call.detail}", call.error)
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolResult(call, f"Error: unknown tool {call.name[:60]!r}; available tools: {', '.join(self.tools)}",
+                              "unknown_tool")
+        if self.calls_left <= 0:
+            return ToolResult(call, f"Error: the budget of {self.max_calls_per_episode} tool calls is spent; give your answer",
+                              "budget")
+        self.calls_left -= 1
+        problems = validate_arguments(tool.parameters, call.arguments)
+        if problems:
+            return ToolResult(call, f"Error: bad arguments for {call.name}: {'; '.join(problems)}", "bad_arguments")
+        try:
+            content = self._run(tool, call.arguments)
+        except ToolError as e:
+            return ToolResult(call, f"Error: {e}", "tool_error")
+        except FutureTimeout:
+            return ToolResult(call, f"Error: {call.name} took longer than {tool.timeout_s:g}s", "timeout")
+        except Exception as e:  # a bug in a tool must not end the episode; logged and counted
+            logger.warning("tool %s raised %s: %s", call.name, type(e).__name__, e)
+            return ToolResult(call, f"Error: {call.name} failed ({type(e).__name__})", "exception")
+        if not isinstance(content, str):
+            content = str(content)
+        if len(content) > self.max_result_chars:
+            content = content[: self.max_result_chars] + " [truncated]"
+        return ToolResult(call, content)
+
+    def _run(self, tool: Tool, arguments: dict[str, Any]) -> str:
+        timeout = getattr(tool, "timeout_s", None)
+        if timeout is None:
+            return tool(arguments)
+        # A Python thread cannot be killed: a tool that overruns is answered with a timeout
+        # and left to finish in the background (shipped tools all bound their own run time).
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="roll-tool")
+        future = self._pool.submit(tool, arguments)
+        try:
+            return future.result(timeout=timeout)
+        finally:
+            future.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,28 @@
+"""The python tool runs the model's code in the real sandbox (roll/sandbox)."""
+import pytest
+
+from roll.sandbox import SandboxUnavailable
+from roll.tools.python import PythonTool
+
+
+@pytest.fixture(scope="module")
+def tool():
+    t = PythonTool({"timeout_s": 3.0, "cpu_time_s": 1.0})
+    try:
+        t.pool.sandbox.mode
+    except SandboxUnavailable as e:  # e.g. no bubblewrap on this machine
+        pytest.skip(f"sandbox unavailable: {e}")
+    return t
+
+
+def test_output_errors_and_limits(tool):
+    assert tool({"code": "print(sum(range(101)))"}) == "5050"
+    out = tool({"code": "import sys\nprint('partial')\nraise ValueError('bad input')"})
+    assert out.startswith("partial\n[exit code 1]") and "ValueError: bad input" in out
+    assert "[stopped: " in tool({"code": "while True:\n    pass"})
+    assert tool({"code": "x = 1"}) == "(no output)"
+
+
+def test_code_runs_isolated(tool):
+    out = tool({"code": "import os\nprint(os.getuid(), os.path.exists('/work'))"})
+    assert out.split()[1] == "False"  # the host file tree is not visible
