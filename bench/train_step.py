@@ -1,21 +1,30 @@
-"""Actor train step on step-mode batches: the LM head over every column against the LM head
-only from the first response column (``logits_to_keep``), side by side in one run.
+"""Actor train step: sequence packing against padding on multi-turn batches, and the LM head
+over every column against the head only from the first response column (``logits_to_keep``).
 
-    python bench/train_step.py            # tiny (1.2M) and small (10M) kit models, 448 rows
-    python bench/train_step.py --quick    # tiny model, 128 rows (< 60 s)
+    python bench/train_step.py            # packing on tiny and small, 192 rows; head on tiny and small
+    python bench/train_step.py --quick    # tiny model only, 64 rows (prints, never writes docs)
 
-A step-mode agentic batch holds one turn per row: a prompt (here 44-48 tokens, the size of a
-6x6 Sokoban room) and a short response (4-8 tokens) at its end, right-padded. The actor's
-``train_step`` (TorchTrainStrategy, one-rank gloo group, PPO-clip loss, micro-batches of 64)
-runs on the same batch with the head over all columns (``logits_start`` forced to 0: what
-every step did before) and with the head from the column before the first response token,
-alternating, best of N each. Both give the same logprobs on response tokens (their largest
-difference is reported), so the loss and gradients are those of the same objective.
+**Packing.** A multi-turn (trajectory-mode) batch: a prompt of 40-60 tokens, then 1-12 turns
+(geometric, mean about 3) of a 4-24 token response and a 16-40 token observation: a long tail
+of lengths, right-padded to the longest row as ``trajectories_to_batch`` builds it. The same
+rows go through ``train_step`` (PPO-clip) and the forward-only logprob pass padded
+(micro-batches of 8 rows, the whole batch's width) and packed
+(``training_args.max_tokens_per_micro_batch``), alternating in one process, best of N; tokens/s
+counts real tokens. Peak RSS per role: each (mode, role) once more alone in a fresh process
+(``actor_train`` runs train_step, ``reference`` runs logprobs). The packed logprobs are checked against the padded ones on loss
+tokens (largest difference reported).
+
+**LM head.** A step-mode batch (prompts of 44-48 tokens, responses of 4-8 tokens at their
+end), train_step with the head over all columns (``logits_start`` forced to 0) and from the
+column before the first response token, alternating in one process, best of N.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,11 +33,134 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from common import write_section
+from common import result_line, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Train step"
+MICRO_ROWS = 8
+
+
+def multi_turn_batch(rows: int, seed: int = 0):
+    """Trajectory-mode rows with a long tail of lengths (see the module docstring)."""
+    from roll.data.batch import Batch
+    from roll.data.packing import pad_sequences
+
+    g = torch.Generator().manual_seed(seed)
+
+    def randint(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (1,), generator=g))
+
+    ids, masks = [], []
+    for _ in range(rows):
+        turns = 1
+        while turns < 12 and torch.rand(1, generator=g).item() < 0.65:
+            turns += 1
+        parts, loss = [randint(40, 60)], [0]
+        for _ in range(turns):
+            parts += [randint(4, 24), randint(16, 40)]
+            loss += [1, 0]
+        n = sum(parts)
+        ids.append(torch.randint(3, 3000, (n,), generator=g))
+        masks.append(torch.cat([torch.full((k,), m) for k, m in zip(parts, loss)]))
+    input_ids, attn = pad_sequences(ids)
+    resp, _ = pad_sequences(masks)
+    width = input_ids.shape[1]
+    adv = torch.randn(rows, 1, generator=g).expand(rows, width) * resp
+    return Batch({"input_ids": input_ids, "attention_mask": attn, "response_mask": resp, "advantages": adv.contiguous(),
+                  "old_logprobs": torch.zeros(rows, width)})
+
+
+def _strategy(size: str, budget: int, micro: int):
+    import roll.strategies.torch_train as tt
+    from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
+    from roll.models.tiny import tiny_model_path
+
+    cfg = WorkerConfig(model_name_or_path=tiny_model_path(size), strategy_args=StrategyArgs("torch_train", {}),
+                       training_args=TrainingArgs(lr=1e-6, per_device_train_batch_size=micro,
+                                                  max_tokens_per_micro_batch=budget), infer_batch_size=micro)
+    s = tt.TorchTrainStrategy(cfg, num_training_steps=1000)
+    s.setup()
+    return s
+
+
+def child(spec: dict) -> dict:
+    """One (mode, role) alone in this process: its peak RSS."""
+    import torch.distributed as dist
+
+    from roll.algorithms.losses import make_actor_loss_fn
+    from roll.config.algorithm import AlgorithmConfig
+    from roll.strategies.torch_train import init_process_group
+    from roll.workers.base import free_port
+
+    init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=120)
+    try:
+        batch = multi_turn_batch(spec["rows"])
+        s = _strategy(spec["size"], spec["budget"] if spec["mode"] == "packed" else 0, MICRO_ROWS)
+        mask = batch["response_mask"].bool()
+        lp = s.logprobs(batch)[mask]  # before any update: the same weights in every process
+        loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="ppo_clip"))
+        run = (lambda: s.train_step(batch, loss_fn)) if spec["role"] == "actor_train" else (lambda: s.logprobs(batch))
+        run()  # warm-up
+        best = float("inf")
+        for _ in range(spec["repeats"]):
+            t0 = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - t0)
+        torch.save(lp, spec["logprobs_out"])
+    finally:
+        dist.destroy_process_group()
+    return {"seconds": best, "tokens": int(batch["attention_mask"].sum()),
+            "peak_rss_mb": _peak_rss_mb()}
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS. VmHWM, not getrusage: ru_maxrss survives exec, so a child would
+    report at least the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_packing(size: str, rows: int, budget: int, repeats: int, tmp: Path) -> dict:
+    batch = multi_turn_batch(rows)
+    lengths = batch["attention_mask"].sum(-1)
+    out = {"size": size, "rows": rows, "width": batch["input_ids"].shape[1], "budget": budget,
+           "tokens": int(lengths.sum()), "median_len": int(lengths.median()), "max_len": int(lengths.max())}
+    lps = {}
+    from roll.algorithms.losses import make_actor_loss_fn
+    from roll.config.algorithm import AlgorithmConfig
+
+    # timing: both modes in this process, alternating, so a load spike from elsewhere hits both
+    strategies = {"padded": _strategy(size, 0, MICRO_ROWS), "packed": _strategy(size, budget, MICRO_ROWS)}
+    loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="ppo_clip"))
+    roles = {"actor_train": lambda s: s.train_step(batch, loss_fn), "reference": lambda s: s.logprobs(batch)}
+    for role, run in roles.items():
+        best = {mode: float("inf") for mode in strategies}
+        for i in range(repeats + 1):  # the first round warms up
+            for mode, s in strategies.items():
+                t0 = time.perf_counter()
+                run(s)
+                if i:
+                    best[mode] = min(best[mode], time.perf_counter() - t0)
+        for mode in strategies:
+            out[f"{role}_{mode}_s"] = best[mode]
+        out[f"{role}_speedup"] = best["padded"] / best["packed"]
+    del strategies
+    for role in roles:  # peak RSS: each (mode, role) alone in a fresh process
+        for mode in ("padded", "packed"):
+            spec = {"size": size, "rows": rows, "budget": budget, "repeats": 1, "mode": mode, "role": role,
+                    "logprobs_out": str(tmp / f"{mode}.pt")}
+            proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            if proc.returncode != 0:
+                raise RuntimeError(f"{mode} {role} failed:\n{proc.stderr[-3000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            out[f"{role}_{mode}_rss_mb"] = r["peak_rss_mb"]
+            lps[mode] = torch.load(spec["logprobs_out"], weights_only=True)
+    out["logprob_diff"] = float((lps["padded"] - lps["packed"]).abs().max())
+    return out
 
 
 def step_mode_batch(rows: int, seed: int = 0):
@@ -51,73 +183,93 @@ def step_mode_batch(rows: int, seed: int = 0):
                   "old_logprobs": torch.zeros(rows, width)})
 
 
-def bench_model(size: str, rows: int, repeats: int) -> dict:
-    import roll.strategies.torch_train as tt
+def bench_head(size: str, rows: int, repeats: int) -> dict:
+    import roll.strategies.hf_train as hf
     from roll.algorithms.losses import make_actor_loss_fn
     from roll.config.algorithm import AlgorithmConfig
-    from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
-    from roll.models.tiny import tiny_model_path
 
-    cfg = WorkerConfig(model_name_or_path=tiny_model_path(size), strategy_args=StrategyArgs("torch_train", {}),
-                       training_args=TrainingArgs(lr=1e-6, per_device_train_batch_size=64), infer_batch_size=64)
-    strategy = tt.TorchTrainStrategy(cfg, num_training_steps=1000)
-    strategy.setup()
+    strategy = _strategy(size, 0, 64)
     batch = step_mode_batch(rows)
     loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="ppo_clip"))
-    real_start = tt.logits_start
+    real_start = hf.logits_start  # model_forward reads it from roll.strategies.hf_train
     modes = {"full": lambda b: 0, "keep": real_start}
     mask = batch["response_mask"].bool()
     lps = {}
     best = {name: float("inf") for name in modes}
     try:
         for name, fn in modes.items():  # before any update: the same weights for both
-            tt.logits_start = fn
+            hf.logits_start = fn
             lps[name] = strategy.logprobs(batch)[mask]
         for name, fn in modes.items():  # warm-up
-            tt.logits_start = fn
+            hf.logits_start = fn
             strategy.train_step(batch, loss_fn)
         for _ in range(repeats):
             for name, fn in modes.items():
-                tt.logits_start = fn
+                hf.logits_start = fn
                 t0 = time.perf_counter()
                 strategy.train_step(batch, loss_fn)
                 best[name] = min(best[name], time.perf_counter() - t0)
     finally:
-        tt.logits_start = real_start
+        hf.logits_start = real_start
     width = batch["input_ids"].shape[1]
     return {"size": size, "rows": rows, "width": width, "head_cols": width - real_start(batch),
             "full_s": best["full"], "keep_s": best["keep"], "speedup": best["full"] / best["keep"],
             "logprob_diff": float((lps["full"] - lps["keep"]).abs().max())}
 
 
-def write_docs(rows: list[dict], args: argparse.Namespace, wall: float) -> None:
-
+def write_docs(packing: list[dict], head: list[dict], args: argparse.Namespace, wall: float) -> None:
     cmd = "python bench/train_step.py" + (" --quick" if args.quick else "")
     lines = [SECTION, "",
              f"`{cmd}` ({os.cpu_count()} CPUs, load average {args.load_avg:.1f} at the start, {wall:.0f} s). "
-             "One actor `train_step` (TorchTrainStrategy, DDP on a one-rank gloo group, PPO-clip loss, micro-batches "
-             "of 64) on a step-mode batch: prompts of 44-48 tokens, responses of 4-8 tokens at their end. `full`: "
-             "the LM head over every column; `keep`: from the column before the first response token "
-             "(`logits_to_keep`, the default). Best of N, alternating in one run.", "",
-             "| model | rows x columns | head columns (keep) | full (s) | keep (s) | speedup | max logprob diff |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
+             "TorchTrainStrategy, DDP on a one-rank gloo group, PPO-clip loss, float32.", "",
+             "### Sequence packing", "",
+             "Multi-turn batches: a 40-60 token prompt, then 1-12 turns (geometric, mean about 3) of a 4-24 token "
+             "response and a 16-40 token observation, right-padded to the longest row. `padded`: micro-batches of "
+             f"{MICRO_ROWS} rows at the batch's width; `packed`: `max_tokens_per_micro_batch` (budget) real tokens per "
+             "micro-batch, one packed row each, attention confined to each sequence. Tokens/s counts real tokens; "
+             "best of N, alternating in one process; peak RSS: each (mode, role) alone in a fresh process (model, optimizer and "
+             "activations; the Python + torch baseline is about 0.4 GB).", "",
+             "| model | rows (tokens) | length median / max | budget | role | padded tok/s | packed tok/s | speedup "
+             "| peak RSS padded / packed (MB) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in packing:
+        for role in ("actor_train", "reference"):
+            lines.append(f"| {r['size']} | {r['rows']} ({r['tokens']}) | {r['median_len']} / {r['max_len']} | {r['budget']} "
+                         f"| {role} | {r['tokens'] / r[f'{role}_padded_s']:.0f} | {r['tokens'] / r[f'{role}_packed_s']:.0f} "
+                         f"| {r[f'{role}_speedup']:.2f}x | {r[f'{role}_padded_rss_mb']:.0f} / {r[f'{role}_packed_rss_mb']:.0f} |")
+    lines += ["", "Packed and padded logprobs on loss tokens differ by at most "
+              f"{max(r['logprob_diff'] for r in packing):.1e} (summation order); tests/strategies/test_packing.py "
+              "holds losses, gradients and updated parameters equal. The gain is the padding the padded path computes: "
+              "with a long tail most rows are far shorter than the batch's width. Attention inside a packed row is a "
+              "block-diagonal mask on CPU sdpa (it costs budget x budget per micro-batch), so the budget is set near "
+              "the longest row.", "",
+              "### LM head from the first response column", "",
+              "Step-mode batches: prompts of 44-48 tokens, responses of 4-8 tokens at their end, micro-batches of 64. "
+              "`full`: the LM head over every column; `keep`: from the column before the first response token "
+              "(`logits_to_keep`, the default). Best of N, alternating in one process.", "",
+              "| model | rows x columns | head columns (keep) | full (s) | keep (s) | speedup | max logprob diff |",
+              "|---|---|---|---|---|---|---|"]
+    for r in head:
         lines.append(f"| {r['size']} | {r['rows']} x {r['width']} | {r['head_cols']} | {r['full_s']:.3f} | "
                      f"{r['keep_s']:.3f} | {r['speedup']:.2f}x | {r['logprob_diff']:.1e} |")
     lines += ["", "The gain is the share of a step that the [B, T, V] logits, their float copy, log-softmax and "
               "its backward take over the prompt columns: large where the vocabulary (3072) is large next to the "
-              "width (128 for tiny), small where the transformer body dominates (small: width 384, 6 layers). "
-              "Step-mode prompts are about 10 times their responses; trajectory-mode rows (a whole conversation, "
-              "responses from the first turn on) keep most columns and gain little.", ""]
+              "width (128 for tiny), small where the transformer body dominates (small: width 384, 6 layers).", ""]
     write_section("\n".join(lines), quick=args.quick, no_docs=args.no_docs)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="tiny model, 128 rows, 3 repeats")
+    p.add_argument("--quick", action="store_true", help="tiny model, 64 rows, 2 repeats")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    p.add_argument("--budget", type=int, default=768, help="max_tokens_per_micro_batch of the packed runs")
+    p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    import tempfile
+
     import torch.distributed as dist
 
     from roll.strategies.torch_train import init_process_group
@@ -125,20 +277,31 @@ def main(argv: list[str] | None = None) -> int:
 
     args.load_avg = os.getloadavg()[0]
     t0 = time.perf_counter()
+    sizes = ["tiny"] if args.quick else ["tiny", "small"]
     init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=120)
     try:
-        sizes = ["tiny"] if args.quick else ["tiny", "small"]
-        results = [bench_model(s, 128 if args.quick else 448, 3 if args.quick else 5) for s in sizes]
+        with tempfile.TemporaryDirectory() as tmp:
+            packing = [bench_packing(s, 64 if args.quick else 192, args.budget, 2 if args.quick else 3, Path(tmp))
+                       for s in sizes]
+        head = [bench_head(s, 128 if args.quick else 448, 3 if args.quick else 5) for s in sizes]
     finally:
         dist.destroy_process_group()
     wall = time.perf_counter() - t0
-    for r in results:
-        print(f"{r['size']}: {r['rows']}x{r['width']}, full {r['full_s']:.3f} s, keep {r['keep_s']:.3f} s "
+    for r in packing:
+        for role in ("actor_train", "reference"):
+            print(f"packing {r['size']} {role}: {r['rows']} rows, {r['tokens']} tokens (median {r['median_len']}, max "
+                  f"{r['max_len']}), padded {r[f'{role}_padded_s']:.3f} s, packed {r[f'{role}_packed_s']:.3f} s "
+                  f"({r[f'{role}_speedup']:.2f}x), peak RSS {r[f'{role}_padded_rss_mb']:.0f} / {r[f'{role}_packed_rss_mb']:.0f} MB")
+    for r in head:
+        print(f"head {r['size']}: {r['rows']}x{r['width']}, full {r['full_s']:.3f} s, keep {r['keep_s']:.3f} s "
               f"({r['speedup']:.2f}x), logprob diff {r['logprob_diff']:.1e}")
-    if not args.no_docs and not args.quick:
-        write_docs(results, args, wall)
-    print("RESULT " + " ".join(f"{r['size']}_speedup={r['speedup']:.2f}" for r in results)
-          + f" max_logprob_diff={max(r['logprob_diff'] for r in results):.1e} wall_s={wall:.0f}")
+    write_docs(packing, head, args, wall)
+    figures = {"packing_speedup": min(r["actor_train_speedup"] for r in packing),
+               "packing_logprob_speedup": min(r["reference_speedup"] for r in packing),
+               "packing_logprob_diff": max(r["logprob_diff"] for r in packing)}
+    figures.update({f"{r['size']}_speedup": r["speedup"] for r in head})
+    figures.update(max_logprob_diff=max(r["logprob_diff"] for r in head), wall_s=round(wall))
+    print(result_line(figures))
     return 0
 
 
