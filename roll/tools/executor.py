@@ -109,7 +109,7 @@ class ToolExecutor:
                 self.stats["errors"] += 1
                 self.stats[f"errors/{result.error}"] += 1
                 if call.name in self.tools:
-                    self.stats[f"errors/{call.name}"] += 1
+                    self.stats[f"errors_by_tool/{call.name}"] += 1
         self.stats["turns"] += 1
         return turn
 

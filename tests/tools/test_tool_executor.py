@@ -55,7 +55,7 @@ def test_bad_argument_types_are_answered(arguments, problem):
     ex = ToolExecutor(["calculator"])
     [result] = ex.handle(call("calculator", **arguments)).results
     assert result.error == "bad_arguments" and problem in result.content
-    assert ex.stats["errors/calculator"] == 1
+    assert ex.stats["errors_by_tool/calculator"] == 1
 
 
 def test_schema_subset():
