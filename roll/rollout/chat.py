@@ -41,6 +41,7 @@ class ChatRenderer:
         # rendered ids by content: same-seed episodes of a group repeat prompts and observations
         self.cache_size = cache_size
         self._cache: dict[tuple, list[int]] = {}
+        self._closed_with_tools: dict[str, str] = {}  # the dummy closed dialog, per tool set
         head = self._head()
         prompt_text = self.render_text(head + [{"role": "user", "content": _DUMMY_USER}], add_generation_prompt=True)
         closed_text = self.render_text(
@@ -121,22 +122,22 @@ class ChatRenderer:
         closed assistant turn, ending with the generation prompt."""
         if not contents:
             raise ValueError("a tool turn needs at least one tool result")
+        dialog = self._head() + [{"role": "user", "content": _DUMMY_USER},
+                                 {"role": "assistant", "content": _DUMMY_ASSISTANT}]
         key = _tools_key(tools)
-
-        def render() -> list[int]:
-            dialog = self._head() + [{"role": "user", "content": _DUMMY_USER},
-                                     {"role": "assistant", "content": _DUMMY_ASSISTANT}]
+        closed = self._closed_with_tools.get(key)
+        if closed is None:
             closed = self.render_text(dialog, add_generation_prompt=False, tools=tools)
-            full = self.render_text(dialog + [{"role": "tool", "content": c} for c in contents],
-                                    add_generation_prompt=True, tools=tools)
-            if not full.startswith(closed):
-                raise ValueError("chat template rewrites history when tool messages are added; "
-                                 "cannot append tool results token-exactly")
             if not closed.endswith(_DUMMY_ASSISTANT + self.assistant_suffix):
                 raise ValueError("chat template closes assistant turns differently when tools are declared")
-            return self.encode(full[len(closed):])
-
-        return self._cached(("tool", tuple(contents), key), render)
+            self._closed_with_tools[key] = closed
+        # not cached: tool results rarely repeat, and can be long
+        full = self.render_text(dialog + [{"role": "tool", "content": c} for c in contents],
+                                add_generation_prompt=True, tools=tools)
+        if not full.startswith(closed):
+            raise ValueError("chat template rewrites history when tool messages are added; "
+                             "cannot append tool results token-exactly")
+        return self.encode(full[len(closed):])
 
     def assistant_text(self, output_ids: list[int]) -> str:
         """The text of a model turn as the template would show it (end-of-turn token removed)."""

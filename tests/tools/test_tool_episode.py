@@ -37,9 +37,9 @@ class ScriptedPolicy:
         pass
 
 
-def run(tok, policy, env_kwargs, max_turns, mode="trajectory"):
+def run(tok, policy, env_kwargs, max_turns, mode="trajectory", max_context_tokens=4096):
     envs = {"t": EnvConfig(env_id="roll/Tools-v0", env_kwargs=env_kwargs, max_turns=max_turns)}
-    mcfg = EnvManagerConfig(group_size=1, mode=mode, max_context_tokens=4096)
+    mcfg = EnvManagerConfig(group_size=1, mode=mode, max_context_tokens=max_context_tokens)
     worker = EnvironmentWorker(envs, mcfg, GeneratingArgs(max_new_tokens=256), tok, [policy])
     [traj] = asyncio.run(worker.run_episode(EpisodeSpec("ep0", "t", "t/0", 5)))
     return traj, envs["t"]
@@ -108,6 +108,22 @@ def test_a_tool_turn_at_max_turns_truncates(tok):
     traj, _ = run(tok, policy, {"env": "roll/FrozenLake-v0", "tools": ["calculator"]}, max_turns=1)
     assert traj.failure is None and traj.truncated and traj.num_turns == 1
     assert [m["role"] for m in traj.messages] == ["user", "assistant"]  # results the model never saw are not kept
+
+
+def test_tool_results_past_the_context_limit_truncate(tok):
+    script = [call("search", query="water planet moon ocean river", k=5), "<answer>Left</answer>"]
+    kwargs = {"env": "roll/FrozenLake-v0", "tools": ["search"]}
+    roomy = ScriptedPolicy(tok, script)
+    full, _ = run(tok, roomy, kwargs, max_turns=2)
+    second_prompt = len(roomy.requests[1].prompt_ids)
+    assert full.failure is None and full.messages[2]["role"] == "tool"
+    tight = ScriptedPolicy(tok, script)
+    limit = second_prompt - 100  # room for the first turn, not for its long search results
+    traj, _ = run(tok, tight, kwargs, max_turns=2, max_context_tokens=limit)
+    assert len(roomy.requests[0].prompt_ids) + 60 < limit
+    assert traj.failure is None and traj.truncated and len(tight.requests) == 1
+    assert [m["role"] for m in traj.messages] == ["user", "assistant"] and len(traj.input_ids) < limit
+    assert traj.metrics["tool/calls"] == 1  # the call ran; the model just never saw its result
 
 
 def test_step_mode_is_refused_with_a_clear_error(tok):
