@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from roll.algorithms import AGG_MODES, make_actor_loss_fn
 from roll.config.algorithm import AlgorithmConfig
@@ -20,8 +19,6 @@ from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.registry import STRATEGIES
 from roll.strategies.hf_train import HFTrainStrategy
-from roll.strategies.torch_train import init_process_group
-from roll.workers.base import free_port
 
 BACKENDS = {"torch_train": {"parallel": "ddp"}, "deepspeed": {"zero_stage": 2}}
 
@@ -36,12 +33,7 @@ def _available(backend: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    if not dist.is_initialized():
-        init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=60)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("single_rank_group")
 
 
 def _strategy(model_dir: str, micro: int, backend: str) -> HFTrainStrategy:

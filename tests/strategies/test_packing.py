@@ -17,7 +17,6 @@ import textwrap
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from roll.algorithms.losses import make_actor_loss_fn, make_critic_loss_fn
 from roll.config.algorithm import AlgorithmConfig
@@ -26,7 +25,6 @@ from roll.data.batch import Batch
 from roll.data.packing import plan_packing
 from roll.registry import STRATEGIES
 from roll.strategies.hf_train import model_forward
-from roll.strategies.torch_train import init_process_group
 from roll.workers.base import free_port
 
 OPTIONS = {"ddp": ("torch_train", {"parallel": "ddp"}), "fsdp2": ("torch_train", {"parallel": "fsdp2"}),
@@ -40,12 +38,7 @@ def _needs(kind: str) -> None:
         pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra `deepspeed`)")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    if not dist.is_initialized():
-        init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=60)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("single_rank_group")
 
 
 def make(model_dir, kind="ddp", budget=0, critic=False, micro=8):

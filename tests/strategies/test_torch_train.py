@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from roll.algorithms.losses import make_actor_loss_fn, make_critic_loss_fn
 from roll.config.algorithm import AlgorithmConfig
 from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.strategies.base import TrainingStrategy
-from roll.strategies.torch_train import TorchTrainStrategy, init_process_group
-from roll.workers.base import free_port
+from roll.strategies.torch_train import TorchTrainStrategy
 
 
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    init_process_group(0, 1, "127.0.0.1", free_port(), timeout_s=60)
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("single_rank_group")
 
 
 def make(model_dir, parallel="ddp", critic=False, **train_kw):

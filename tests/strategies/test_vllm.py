@@ -183,14 +183,17 @@ def test_parity_with_torch_train(engine, tiny_model_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    init_process_group(0, 1, "127.0.0.1", port)
+    own_group = not dist.is_initialized()  # the strategy tests' session group may be up already
+    if own_group:
+        init_process_group(0, 1, "127.0.0.1", port)
     try:
         cfg = WorkerConfig(model_name_or_path=tiny_model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}))
         train = TorchTrainStrategy(cfg, seed=0)
         train.setup()
         report = check_pair(train, engine, [p * 3 for p in PROMPTS], max_new_tokens=16, bucket_size_mb=1)
     finally:
-        dist.destroy_process_group()
+        if own_group:
+            dist.destroy_process_group()
     print(f"vllm/torch_train parity: {report}")
     assert report["num_tokens"] > 0
     assert report["mean_abs_diff"] < LOGPROB_TOL and report["max_abs_diff"] < 10 * LOGPROB_TOL
