@@ -68,6 +68,10 @@ SEMANTIC_CASES = {
                                         "custom_envs.SimpleSokoban.env_kwargs.max_stepz: roll/Sokoban-v0 takes no argument 'max_stepz'; did you mean 'max_steps'?"),
     "torch_train option": (["actor_train.strategy_args.strategy_config.parallel=fsdp9"],
                            "actor_train.strategy_args.strategy_config.parallel: expected one of ddp, fsdp2, got 'fsdp9'"),
+    "packing on megatron": (["actor_train.strategy_args.strategy_name=megatron",
+                             "actor_train.training_args.max_tokens_per_micro_batch=512"],
+                            "actor_train.training_args.max_tokens_per_micro_batch: sequence packing is implemented for "
+                            "torch_train and deepspeed; megatron would ignore it"),
     "resume path that does not exist": (["resume_from_checkpoint=/no/such/checkpoint"], "resume_from_checkpoint: /no/such/checkpoint does not exist"),
 }
 

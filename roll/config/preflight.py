@@ -116,6 +116,9 @@ def _check_strategies(cfg: Any, problems: list[str]) -> None:
             if not found:
                 problems.append(f"{where}: {name!r} needs the {module!r} package, which is not installed "
                                 f"(pip install 'roll[{extra}]')")
+        if name == "megatron" and getattr(wc.training_args, "max_tokens_per_micro_batch", 0):
+            problems.append(f"{role}.training_args.max_tokens_per_micro_batch: sequence packing is implemented for "
+                            "torch_train and deepspeed; megatron would ignore it (set it to 0)")
         if name == "torch_train":
             opts = wc.strategy_args.strategy_config
             for key, value in opts.items():
