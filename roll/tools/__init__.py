@@ -5,11 +5,36 @@ JSON schemas and rendered through the chat template's ``tools=``; a parser
 (``roll.registry.TOOL_PARSERS``: hermes) finds the model's calls; :class:`ToolExecutor` runs
 them and counts calls and errors. ``roll/Tools-v0`` (envs/tools) wraps any env with tools.
 """
-from roll.tools.base import BaseTool, Tool, ToolConfigError, ToolError, schema, validate_arguments
-from roll.tools.executor import ERROR_KINDS, ToolExecutor, ToolResult, ToolTurn, build_tool
+from roll.tools.base import (
+    BaseTool,
+    Tool,
+    ToolConfigError,
+    ToolError,
+    schema,
+    validate_arguments,
+)
+from roll.tools.executor import (
+    ERROR_KINDS,
+    ToolExecutor,
+    ToolResult,
+    ToolTurn,
+    build_tool,
+)
 from roll.tools.parsers import HermesToolParser, ToolCall, build_parser
 
 __all__ = [
-    "BaseTool", "ERROR_KINDS", "HermesToolParser", "Tool", "ToolCall", "ToolConfigError", "ToolError",
-    "ToolExecutor", "ToolResult", "ToolTurn", "build_parser", "build_tool", "schema", "validate_arguments",
+    "ERROR_KINDS",
+    "BaseTool",
+    "HermesToolParser",
+    "Tool",
+    "ToolCall",
+    "ToolConfigError",
+    "ToolError",
+    "ToolExecutor",
+    "ToolResult",
+    "ToolTurn",
+    "build_parser",
+    "build_tool",
+    "schema",
+    "validate_arguments",
 ]

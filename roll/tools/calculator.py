@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Any
+from typing import Any, ClassVar
 
 from roll.tools.base import BaseTool, ToolError
 
@@ -25,7 +25,7 @@ class Calculator(BaseTool):
 
     name = "calculator"
     description = "Evaluate an arithmetic expression with + - * / // % ** and parentheses, e.g. (12.5 + 3) * 4."
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {"expression": {"type": "string", "description": "the arithmetic expression"}},
         "required": ["expression"],
@@ -77,7 +77,7 @@ class Calculator(BaseTool):
             raise ToolError(f"names, calls and attributes are not allowed ({what})")
         raise ToolError(f"{what} is not allowed; use numbers and + - * / // % **")
 
-    def _precheck(self, op: ast.operator, left: int | float, right: int | float) -> None:
+    def _precheck(self, op: ast.operator, left: float, right: float) -> None:
         """Refuse an integer power or product whose result would exceed ``max_bits``."""
         if isinstance(op, ast.Pow):
             if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
@@ -85,9 +85,9 @@ class Calculator(BaseTool):
                     raise ToolError(f"result too large (more than {self.max_bits} bits)")
             if isinstance(right, (int, float)) and abs(right) > 10_000 and abs(left) not in (0, 1):
                 raise ToolError("exponent too large")
-        if isinstance(op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
-            if left.bit_length() + right.bit_length() > self.max_bits + 1:
-                raise ToolError(f"result too large (more than {self.max_bits} bits)")
+        if (isinstance(op, ast.Mult) and isinstance(left, int) and isinstance(right, int)
+                and left.bit_length() + right.bit_length() > self.max_bits + 1):
+            raise ToolError(f"result too large (more than {self.max_bits} bits)")
 
     def _checked(self, value: Any) -> int | float:
         if isinstance(value, complex):  # (-8) ** 0.5
@@ -99,7 +99,7 @@ class Calculator(BaseTool):
         return value
 
 
-def format_number(value: int | float) -> str:
+def format_number(value: float) -> str:
     """Integers in full; floats without a trailing ``.0`` when whole, else to 12 significant digits."""
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:

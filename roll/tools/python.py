@@ -8,7 +8,7 @@ model fixes its code. Only a sandbox that cannot start is a tool error.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from roll.sandbox import SandboxConfig, SandboxError, get_pool
 from roll.tools.base import BaseTool, ToolError
@@ -21,7 +21,7 @@ class PythonTool(BaseTool):
 
     name = "python"
     description = "Run a Python 3 program (standard library only) in a sandbox and return what it prints."
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {"code": {"type": "string", "description": "the complete program; print the result"}},
         "required": ["code"],

@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
 from roll.tools.base import BaseTool, ToolConfigError, ToolError
 
@@ -26,7 +27,7 @@ class SearchTool(BaseTool):
 
     name = "search"
     description = "Search a reference corpus; returns the best matching passages with their titles."
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "keywords to look for"},

@@ -53,7 +53,7 @@ def test_hostile_or_invalid_expressions_are_refused_fast(calc, expr, message):
     t0 = time.monotonic()
     with pytest.raises(ToolError, match=message):
         calc({"expression": expr})
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 2.0  # bounded work, with room for a loaded machine
 
 
 def test_very_deep_parentheses_within_the_length_limit():

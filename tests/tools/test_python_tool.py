@@ -10,7 +10,7 @@ def tool():
     # room on the clock for a loaded machine; the busy loop below ends at the CPU-time limit
     t = PythonTool({"timeout_s": 30.0, "cpu_time_s": 1.0})
     try:
-        t.pool.sandbox.mode
+        assert t.pool.sandbox.mode
     except SandboxUnavailable as e:  # e.g. no bubblewrap on this machine
         pytest.skip(f"sandbox unavailable: {e}")
     return t

@@ -4,8 +4,8 @@ import asyncio
 import json
 
 import pytest
-
 import roll.envs  # noqa: F401  (registers roll/Tools-v0)
+
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.rollout.env_manager import EpisodeSpec
@@ -63,7 +63,7 @@ def test_calculator_then_answer(tok):
     # turn 1 was tools (no env step), turn 2 the answer the env judged
     assert traj.num_turns == 2 and traj.turn_rewards[0] == 0.0
     assert [m["role"] for m in traj.messages] == ["user", "assistant", "tool", "tool", "tool", "assistant"]
-    assert [m["content"] for m in traj.messages[2:5]][0] == "21"
+    assert traj.messages[2]["content"] == "21"
     assert "unknown tool 'weather'" in traj.messages[3]["content"] and traj.messages[4]["content"].startswith("Error:")
     assert traj.turn_actions[0] == {"actions": ["tool:calculator", "tool:weather", "tool:?"], "valid": False,
                                     "error": "unknown_tool; malformed"}
