@@ -219,3 +219,19 @@ def test_server_serves_the_current_report_on_localhost(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_chain_folder_gets_one_report_per_pipeline_stage(tmp_path, capsys):
+    chain = tmp_path / "chain"
+    (chain / "demos").mkdir(parents=True)
+    (chain / "demos" / "config.yaml").write_text("pipeline: agentic\n")
+    make_run(tmp_path).rename(chain / "rl")
+    (chain / "chain_state.json").write_text(json.dumps({"stages": {
+        "demos": {"status": "done", "kind": "demos"}, "rl": {"status": "done", "kind": "run"},
+        "never_ran": {"status": "pending", "kind": "run"}}}))
+    assert roll_main(["view", str(chain)]) == 0
+    out = capsys.readouterr().out
+    assert f"report of stage rl: {chain / 'rl' / 'report.html'}" in out
+    assert (chain / "rl" / "report.html").is_file() and not (chain / "demos" / "report.html").exists()
+    assert roll_main(["view", str(chain), "--out", str(tmp_path / "x.html")]) != 0
+    assert "is a chain's folder" in capsys.readouterr().err
