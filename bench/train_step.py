@@ -237,7 +237,7 @@ def write_docs(packing: list[dict], head: list[dict], args: argparse.Namespace, 
                          f"| {role} | {r['tokens'] / r[f'{role}_padded_s']:.0f} | {r['tokens'] / r[f'{role}_packed_s']:.0f} "
                          f"| {r[f'{role}_speedup']:.2f}x | {r[f'{role}_padded_rss_mb']:.0f} / {r[f'{role}_packed_rss_mb']:.0f} |")
     lines += ["", "Packed and padded logprobs on loss tokens differ by at most "
-              f"{max(r['logprob_diff'] for r in packing):.1e} (summation order); tests/strategies/test_packing.py "
+              f"{max(r['logprob_diff'] for r in packing):.1e} (summation order); tests/strategies/test_packed_training.py "
               "holds losses, gradients and updated parameters equal. The gain is the padding the padded path computes: "
               "with a long tail most rows are far shorter than the batch's width. Attention inside a packed row is a "
               "block-diagonal mask on CPU sdpa (it costs budget x budget per micro-batch), so the budget is set near "

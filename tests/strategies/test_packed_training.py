@@ -162,7 +162,7 @@ WORKER = textwrap.dedent(
     """
     import sys, torch, torch.multiprocessing as mp
     sys.path.insert(0, sys.argv[6])
-    from test_packing import make, multi_turn_batch, BUDGET
+    from test_packed_training import make, multi_turn_batch, BUDGET
     from roll.algorithms import make_actor_loss_fn
     from roll.config.algorithm import AlgorithmConfig
     from roll.strategies.torch_train import init_process_group
