@@ -47,6 +47,13 @@ class BaseTool:
         raise NotImplementedError
 
 
+def object_parameters(required: Mapping[str, dict[str, Any]], optional: Mapping[str, dict[str, Any]] | None = None
+                      ) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments: an object with these properties and no others."""
+    return {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required),
+            "additionalProperties": False}
+
+
 def schema(tool: Tool) -> dict[str, Any]:
     """The OpenAI function form of a tool, as chat templates render it."""
     return {"type": "function", "function": {

@@ -13,7 +13,7 @@ import math
 import operator
 from typing import Any, ClassVar
 
-from roll.tools.base import BaseTool, ToolError
+from roll.tools.base import BaseTool, ToolError, object_parameters
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
@@ -25,12 +25,8 @@ class Calculator(BaseTool):
 
     name = "calculator"
     description = "Evaluate an arithmetic expression with + - * / // % ** and parentheses, e.g. (12.5 + 3) * 4."
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"expression": {"type": "string", "description": "the arithmetic expression"}},
-        "required": ["expression"],
-        "additionalProperties": False,
-    }
+    parameters: ClassVar[dict[str, Any]] = object_parameters(
+        {"expression": {"type": "string", "description": "the arithmetic expression"}})
 
     def __init__(self, max_chars: int = 500, max_depth: int = 40, max_bits: int = 4096, timeout_s: float = 5.0):
         self.max_chars = int(max_chars)

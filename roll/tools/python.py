@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from roll.sandbox import SandboxConfig, SandboxError, get_pool
-from roll.tools.base import BaseTool, ToolError
+from roll.tools.base import BaseTool, ToolError, object_parameters
 
 DEFAULT_SANDBOX = {"timeout_s": 5.0, "cpu_time_s": 4.0, "memory_mb": 512}
 
@@ -21,12 +21,8 @@ class PythonTool(BaseTool):
 
     name = "python"
     description = "Run a Python 3 program (standard library only) in a sandbox and return what it prints."
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"code": {"type": "string", "description": "the complete program; print the result"}},
-        "required": ["code"],
-        "additionalProperties": False,
-    }
+    parameters: ClassVar[dict[str, Any]] = object_parameters(
+        {"code": {"type": "string", "description": "the complete program; print the result"}})
 
     def __init__(self, sandbox: SandboxConfig | Mapping[str, Any] | None = None, max_concurrency: int = 2,
                  max_output_chars: int = 2000, max_code_chars: int = 20_000):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from roll.tools.base import BaseTool, ToolConfigError, ToolError
+from roll.tools.base import BaseTool, ToolConfigError, ToolError, object_parameters
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -27,15 +27,9 @@ class SearchTool(BaseTool):
 
     name = "search"
     description = "Search a reference corpus; returns the best matching passages with their titles."
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "description": "keywords to look for"},
-            "k": {"type": "integer", "description": "number of passages to return (1-5)", "minimum": 1, "maximum": 5},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    }
+    parameters: ClassVar[dict[str, Any]] = object_parameters(
+        {"query": {"type": "string", "description": "keywords to look for"}},
+        {"k": {"type": "integer", "description": "number of passages to return (1-5)", "minimum": 1, "maximum": 5}})
 
     def __init__(self, passages: Sequence[tuple[str, str]] | Sequence[dict] | None = None, corpus_path: str | None = None,
                  k: int = 2, k1: float = 1.5, b: float = 0.75, timeout_s: float = 5.0, max_query_chars: int = 500):
