@@ -100,8 +100,8 @@ def _pipeline_config(path: Optional[Path], overrides: list[str]) -> PipelineConf
     base = {f.name: f.default for f in dataclasses.fields(PipelineConfig) if isinstance(f.default, (str, int, float, bool))}
     try:
         data = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(base), parse_overrides(overrides)), resolve=True)
-    except OmegaConfBaseException as e:
-        raise ConfigError([f"interpolation failed: {e}"]) from None
+    except (OmegaConfBaseException, TypeError, ValueError) as e:  # OmegaConf raises bare TypeErrors on container clashes
+        raise ConfigError([f"inline stage config: {e}"]) from None
     return build_dataclass(PipelineConfig, data)
 
 

@@ -213,6 +213,12 @@ def test_dotted_overrides(base):
     assert isinstance(cfg.reference, WorkerConfig) and cfg.reference.model_name_or_path == "roll-tiny://small"
 
 
+def test_override_of_another_container_type_is_a_config_error(base):
+    # OmegaConf raises a bare TypeError when a mapping meets a list (found by tests/faults fuzzing)
+    errors = errors_of(load_config, base, ["tracking.track_with=[stdout]", "tracking.track_with={}"])
+    assert errors and errors[0].startswith("override 'tracking.track_with={}' does not fit")
+
+
 def test_override_syntax_errors():
     assert any("dotted.key=value" in e for e in errors_of(parse_overrides, ["no_equals_sign"]))
     assert any("empty key" in e for e in errors_of(parse_overrides, ["=3"]))

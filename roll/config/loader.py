@@ -83,8 +83,16 @@ def load_raw(path: str | os.PathLike, overrides: Iterable[str] = (), base: dict 
     ``base`` holds values the file and overrides sit on top of."""
     cfg = _compose(Path(path))
     if base:
-        cfg = OmegaConf.merge(OmegaConf.create(base), cfg)
-    cfg = OmegaConf.merge(cfg, parse_overrides(overrides))
+        try:
+            cfg = OmegaConf.merge(OmegaConf.create(base), cfg)
+        except (OmegaConfBaseException, TypeError, ValueError) as e:
+            raise ConfigError([f"{path}: {e}"]) from None
+    for o in overrides:  # one at a time, so a conflict names its override
+        try:
+            cfg = OmegaConf.merge(cfg, parse_overrides([o]))
+        except (OmegaConfBaseException, TypeError, ValueError) as e:
+            # e.g. a mapping given where the file has a list: OmegaConf raises a bare TypeError
+            raise ConfigError([f"override {o!r} does not fit the config's value there: {e}"]) from None
     try:
         data = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as e:
