@@ -244,6 +244,8 @@ class BasePipeline:
                 self._restore()
             self._make_tracker()
             console = RunConsole(cfg.exp_name, total=cfg.max_steps, start=self.start_step, bar=cfg.show_progress)
+            if self.resume_from is not None:
+                console.print(f"resumed from {self.resume_from} at step {self.start_step}")
             if cfg.eval_steps and self.start_step == 0:
                 with self.timer("validation"):
                     metrics = {**self.validate(0), **self.timings}
