@@ -6,7 +6,7 @@ env code itself is imported only when an env is made.
 """
 import importlib
 
-SHIPPED = ("sokoban", "frozen_lake", "webshop", "code", "tools")
+SHIPPED = ("sokoban", "frozen_lake", "webshop", "code", "tools", "agent_function")
 
 for _name in SHIPPED:
     importlib.import_module(f"roll.envs.{_name}.registration")

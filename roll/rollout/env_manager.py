@@ -14,6 +14,10 @@ e.g. roll/Tools-v0): the first prompt renders the tool schemas; a model turn tha
 is answered with the template's delta for ``tool`` messages instead of an env step. It counts
 as a turn (reward 0) against ``max_turns``, so every episode still ends.
 
+Agent-function envs (an env exposing ``run_agent`` and ``agent_options``, e.g.
+roll/AgentFunction-v0) run the user's function against the OpenAI-compatible endpoint in their
+one generate phase; roll/rollout/agent_episode.py builds their samples.
+
 Failures are typed (``Trajectory.failure``): ``env_error`` (reset/step raised),
 ``env_timeout`` (slower than ``step_timeout_s``), ``inference_error`` / ``worker_died``
 (generation failed), plus two non-infrastructure stops the scheduler restarts: ``stale``
@@ -88,6 +92,19 @@ def _tool_capability(env: Any) -> _ToolCapability | None:
     return _ToolCapability(*attrs)
 
 
+def _agent_episode(manager: "EnvManager") -> Any:
+    """The AgentEpisode of an env that runs an agent function (``run_agent``, e.g.
+    roll/AgentFunction-v0; roll/rollout/agent_episode.py), or None."""
+    get = getattr(manager.env, "get_wrapper_attr", None)
+    try:
+        run, options = (get(n) if get is not None else getattr(manager.env, n) for n in ("run_agent", "agent_options"))
+    except AttributeError:
+        return None
+    from roll.rollout.agent_episode import AgentEpisode
+
+    return AgentEpisode(manager, run, dict(options))
+
+
 def format_turn(template: str, **fields: Any) -> str:
     try:
         return template.format(**fields)
@@ -152,6 +169,7 @@ class EnvManager:
         self.tools = _tool_capability(env)
         self.tool_schemas: list[dict] | None = None
         self.tool_stats: dict[str, int] = {}
+        self.agent = _agent_episode(self)
         self.gen_time = self.env_time = self.wait_time = 0.0
         self.t_start = time.monotonic()
 
@@ -164,6 +182,8 @@ class EnvManager:
             return self._fail(f)
         self.instruction = str((info or {}).get("instruction", "")) if self.cfg.include_instruction else ""
         self.observation = str(obs)
+        if self.agent is not None:  # the agent function writes its own prompts
+            return self.agent.check_mode()
         first = self._render_turn(reward=0.0)
         user = f"{self.instruction}\n\n{first}" if self.instruction else first
         self.messages.append({"role": "user", "content": user})
@@ -181,6 +201,8 @@ class EnvManager:
     async def generate_turn(self) -> None:
         if self.done:
             return
+        if self.agent is not None:  # the whole agent function is the episode's one phase
+            return await self.agent.run()
         prompt = self._window_prompt() if self.step_mode else list(self.ids)
         # reserve room for the end-of-turn tokens appended after the output
         room = self.mcfg.max_context_tokens - len(prompt) - len(self.renderer.assistant_suffix_ids)
@@ -346,6 +368,8 @@ class EnvManager:
             episode_id=self.spec.episode_id, turn_actions=list(self.turn_actions),
             temperature=self.gen.temperature if self.gen.do_sample else 0.0,
         )
+        if self.agent is not None and self.failure is None:
+            return self.agent.trajectories(common, metrics)
         if self.step_mode and self.failure is None:
             # an unfinished last turn (context limit before the env step) has no reward yet
             samples = [s for s in self.step_samples if s.step_index < self.turn]
