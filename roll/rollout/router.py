@@ -21,8 +21,9 @@ inference strategy, a scripted fake). The Router itself is an :class:`InferenceC
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from roll.errors import WorkerUnavailableError
@@ -35,6 +36,10 @@ logger = get_logger(__name__)
 _RETRY_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 _DOWN_S = 5.0
 """How long new requests avoid a worker that failed one (a restart takes seconds)."""
+
+
+def _aborted(request_id: str) -> GenerationResult:
+    return GenerationResult(request_id, [], [], finish_reason="abort")
 
 
 def is_unavailable(e: BaseException) -> bool:
@@ -117,7 +122,7 @@ class Router:
                     finally:
                         self._retrying.discard(rid)
                     if rid in self._aborted:  # aborted while waiting to be sent again
-                        return GenerationResult(rid, [], [], finish_reason="abort")
+                        return _aborted(rid)
         finally:
             self._aborted.discard(rid)
 
@@ -133,53 +138,29 @@ class Router:
         if len(requests) > self.bound or not hasattr(slot.worker, "generate_batch"):
             return list(await asyncio.gather(*(self.generate(r) for r in requests)))
         ids = [r.request_id for r in requests]
-        slot.outstanding += len(ids)
-        self._where.update(dict.fromkeys(ids, idx))
         done: dict[str, GenerationResult] = {}
-        send: list[GenerationRequest] = []
-        acquired, unavailable = 0, False
+        again: list[GenerationRequest] = []
         try:
-            for _ in ids:
-                await slot.sem.acquire()
-                acquired += 1
-            for r in requests:  # aborted while queued here: the engine never sees it
-                if r.request_id in self._aborted_waiting:
-                    done[r.request_id] = GenerationResult(r.request_id, [], [], finish_reason="abort")
-                else:
-                    send.append(r)
-            slot.inflight += len(send)
-            self.max_inflight_seen = max(self.max_inflight_seen, slot.inflight)
-            self._running.update(r.request_id for r in send)
-            try:
-                if send:
-                    done.update((res.request_id, res) for res in await call_host(slot.worker, "generate_batch", send))
-                    slot.served += len(send)
-            except Exception as e:
-                if not is_unavailable(e):
-                    raise
-                unavailable = True
-            finally:
-                slot.inflight -= len(send)
-                self._running.difference_update(r.request_id for r in send)
+            async with self._admit(idx, requests) as send:
+                sent = {r.request_id for r in send}
+                done.update((rid, _aborted(rid)) for rid in ids if rid not in sent)
+                try:
+                    if send:
+                        done.update((res.request_id, res) for res in await call_host(slot.worker, "generate_batch", send))
+                        slot.served += len(send)
+                except Exception as e:
+                    if not is_unavailable(e):
+                        raise
+                    slot.down_until = time.monotonic() + _DOWN_S
+                    self.unavailable_retries += 1
+                    logger.warning("inference worker %d unavailable for a batch of %d; sending its requests again",
+                                   idx, len(send))
+                    # aborted while running: answered as aborted, not sent again
+                    again = [r for r in send if r.request_id not in self._aborted]
+                    done.update((rid, _aborted(rid)) for rid in sent if rid in self._aborted)
         finally:
-            for _ in range(acquired):
-                slot.sem.release()
-            slot.outstanding -= len(ids)
-            for rid in ids:
-                self._where.pop(rid, None)
-                self._aborted_waiting.discard(rid)
-                if not unavailable:
-                    self._aborted.discard(rid)
-        if unavailable:
-            slot.down_until = time.monotonic() + _DOWN_S
-            self.unavailable_retries += 1
-            logger.warning("inference worker %d unavailable for a batch of %d; sending its requests again", idx, len(send))
-            again = [r for r in send if r.request_id not in self._aborted]
-            for r in send:
-                if r.request_id in self._aborted:
-                    self._aborted.discard(r.request_id)
-                    done[r.request_id] = GenerationResult(r.request_id, [], [], finish_reason="abort")
-            done.update(zip([r.request_id for r in again], await asyncio.gather(*(self.generate(r) for r in again))))
+            self._aborted.difference_update(ids)
+        done.update(zip([r.request_id for r in again], await asyncio.gather(*(self.generate(r) for r in again))))
         return [done[rid] for rid in ids]
 
     def _unbind(self, episode_id: str | None) -> bool:
@@ -194,29 +175,41 @@ class Router:
         return newly
 
     async def _generate_once(self, request: GenerationRequest, idx: int) -> GenerationResult:
+        async with self._admit(idx, [request]) as send:
+            if not send:  # aborted while queued here: the engine never saw it
+                return _aborted(request.request_id)
+            result = await call_host(self._slots[idx].worker, "generate", request)
+        self._slots[idx].served += 1
+        return result
+
+    @contextlib.asynccontextmanager
+    async def _admit(self, idx: int, requests: list[GenerationRequest]) -> AsyncIterator[list[GenerationRequest]]:
+        """Queue ``requests`` for worker ``idx`` within its bound; yields those not aborted while
+        queued, counted in flight until the block ends."""
         slot = self._slots[idx]
-        slot.outstanding += 1
-        self._where[request.request_id] = idx
+        ids = [r.request_id for r in requests]
+        slot.outstanding += len(ids)
+        self._where.update(dict.fromkeys(ids, idx))
+        acquired = 0
+        send: list[GenerationRequest] = []
         try:
-            async with slot.sem:
-                if request.request_id in self._aborted_waiting:
-                    # aborted while queued here: the engine never saw it
-                    self._aborted_waiting.discard(request.request_id)
-                    return GenerationResult(request.request_id, [], [], finish_reason="abort")
-                slot.inflight += 1
-                self.max_inflight_seen = max(self.max_inflight_seen, slot.inflight)
-                self._running.add(request.request_id)
-                try:
-                    result = await call_host(slot.worker, "generate", request)
-                finally:
-                    slot.inflight -= 1
-                    self._running.discard(request.request_id)
-            slot.served += 1
-            return result
+            for _ in ids:
+                await slot.sem.acquire()
+                acquired += 1
+            send = [r for r in requests if r.request_id not in self._aborted_waiting]
+            slot.inflight += len(send)
+            self.max_inflight_seen = max(self.max_inflight_seen, slot.inflight)
+            self._running.update(r.request_id for r in send)
+            yield send
         finally:
-            slot.outstanding -= 1
-            self._where.pop(request.request_id, None)
-            self._aborted_waiting.discard(request.request_id)
+            slot.inflight -= len(send)
+            self._running.difference_update(r.request_id for r in send)
+            for _ in range(acquired):
+                slot.sem.release()
+            slot.outstanding -= len(ids)
+            for rid in ids:
+                self._where.pop(rid, None)
+                self._aborted_waiting.discard(rid)
 
     async def abort(self, request_ids: list[str]) -> None:
         by_worker: dict[int, list[str]] = {}
