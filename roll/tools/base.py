@@ -18,6 +18,11 @@ class ToolError(Exception):
     """An expected failure of one tool call; the message is what the model is told."""
 
 
+class ToolUnavailable(Exception):
+    """What runs a tool is not there for this call (an MCP server that died, hung or is down).
+    Answered and counted as ``unavailable``, apart from the model's own ``tool_error``s."""
+
+
 class ToolConfigError(RollError):
     """A tool or tool parser is declared wrongly (unknown id, bad options)."""
 
@@ -30,6 +35,19 @@ class Tool(Protocol):
     timeout_s: float | None
 
     def __call__(self, arguments: dict[str, Any]) -> str: ...
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Several tools from one provider that owns what they need (an MCP server process):
+    ``tools()`` lists them, ``describe()`` names the provider (``roll plan``, errors), and
+    ``close()`` releases it. A registry entry may build a source instead of a single tool."""
+
+    def tools(self) -> list[Tool]: ...
+
+    def describe(self) -> str: ...
+
+    def close(self) -> None: ...
 
 
 class BaseTool:

@@ -17,12 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll.registry import TOOLS
-from roll.tools.base import Tool, ToolConfigError, ToolError, schema, validate_arguments
+from roll.tools.base import (
+    Tool,
+    ToolConfigError,
+    ToolError,
+    ToolSource,
+    ToolUnavailable,
+    schema,
+    validate_arguments,
+)
 from roll.tools.parsers import ToolCall, ToolCallParser, build_parser
 
 logger = logging.getLogger(__name__)
 
-ERROR_KINDS = ("malformed", "missing_name", "bad_arguments", "unknown_tool", "budget", "tool_error", "exception", "timeout")
+ERROR_KINDS = ("malformed", "missing_name", "bad_arguments", "unknown_tool", "budget", "tool_error", "exception", "timeout",
+               "unavailable")
 
 
 @dataclass
@@ -47,8 +56,9 @@ class ToolTurn:
         return [r.error for r in self.results if r.error]
 
 
-def build_tool(spec: Any) -> Tool:
-    """A tool from a registry id, ``{"id": ..., **options}``, or a tool object."""
+def build_tool(spec: Any) -> Tool | ToolSource:
+    """A tool (or a tool source, such as an MCP server) from a registry id,
+    ``{"id": ..., **options}``, or a tool or source object."""
     if isinstance(spec, str):
         return TOOLS.get(spec)()
     if isinstance(spec, Mapping):
@@ -56,7 +66,7 @@ def build_tool(spec: Any) -> Tool:
         if "id" not in options:
             raise ToolConfigError(f"a tool given as a mapping needs an 'id' (registered: {', '.join(TOOLS.ids())}), got {spec}")
         return TOOLS.get(str(options.pop("id")))(**options)
-    if isinstance(spec, Tool):
+    if isinstance(spec, (Tool, ToolSource)):
         return spec
     raise ToolConfigError(f"a tool is a registry id, a mapping with 'id', or a tool object; got {type(spec).__name__}")
 
@@ -66,12 +76,13 @@ class ToolExecutor:
 
     def __init__(self, tools: Sequence[Any], parser: str | Mapping[str, Any] = "hermes", max_calls_per_episode: int = 8,
                  max_result_chars: int = 4000):
-        built = [build_tool(t) for t in tools]
         self.tools: dict[str, Tool] = {}
-        for tool in built:
-            if tool.name in self.tools:
-                raise ToolConfigError(f"two tools are named {tool.name!r}")
-            self.tools[tool.name] = tool
+        self.sources: list[ToolSource] = []  # closed with the executor
+        try:
+            self._add_tools(tools)
+        except BaseException:
+            self.close()  # a source started before the error must not outlive it
+            raise
         if not self.tools:
             raise ToolConfigError("a tool env needs at least one tool")
         if max_calls_per_episode < 1:
@@ -83,6 +94,23 @@ class ToolExecutor:
         self._pool: ThreadPoolExecutor | None = None
         self.calls_left = self.max_calls_per_episode
         self.stats: Counter = Counter()
+
+    def _add_tools(self, specs: Sequence[Any]) -> None:
+        origin: dict[str, str] = {}
+        for spec in specs:
+            built = build_tool(spec)
+            if isinstance(built, ToolSource):
+                self.sources.append(built)
+                where, tools = built.describe(), built.tools()
+            else:
+                where, tools = "", [built]
+            for tool in tools:
+                if tool.name in self.tools:
+                    froms = " and ".join(w for w in (origin[tool.name], where) if w)
+                    hint = f" ({froms}; give an MCP source a `prefix`)" if froms else ""
+                    raise ToolConfigError(f"two tools are named {tool.name!r}{hint}")
+                self.tools[tool.name] = tool
+                origin[tool.name] = where
 
     def reset(self) -> None:
         """A new episode: the budget is full and the counts start at zero."""
@@ -131,8 +159,12 @@ class ToolExecutor:
             content = self._run(tool, call.arguments)
         except ToolError as e:
             return ToolResult(call, f"Error: {e}", "tool_error")
-        except FutureTimeout:
-            return ToolResult(call, f"Error: {call.name} took longer than {tool.timeout_s:g}s", "timeout")
+        except ToolUnavailable as e:  # logged where it happened (the MCP source restarts its server)
+            return ToolResult(call, f"Error: {e}", "unavailable")
+        except FutureTimeout as e:
+            # a tool that bounds its own time (timeout_s None, like an MCP tool) says what it was
+            detail = str(e) or f"{call.name} took longer than {tool.timeout_s:g}s"
+            return ToolResult(call, f"Error: {detail}", "timeout")
         except Exception as e:  # a bug in a tool must not end the episode; logged and counted
             logger.warning("tool %s raised %s: %s", call.name, type(e).__name__, e)
             return ToolResult(call, f"Error: {call.name} failed ({type(e).__name__})", "exception")
@@ -157,6 +189,83 @@ class ToolExecutor:
             future.cancel()
 
     def close(self) -> None:
-        if self._pool is not None:
+        if getattr(self, "_pool", None) is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        for source in self.sources:
+            source.close()
+        self.sources = []
+
+
+def tool_spec_problems(specs: Any, parser: Any = "hermes", where: str = "tools") -> list[str]:
+    """Problems of a ``tools:`` list (and its parser) that show without building anything: ids
+    not registered, options a tool does not take (or, for a class with ``option_problems``,
+    such as the MCP source, whatever that reports), two tools of one known name. Pre-flight
+    runs this before Ray starts; building the tools can still fail (an MCP server that does
+    not start, a name clash with a server's tools)."""
+    import inspect
+
+    from roll.registry import TOOL_PARSERS, RegistryError
+
+    problems: list[str] = []
+    if isinstance(specs, (str, Mapping)) or not isinstance(specs, Sequence):
+        return [f"{where}: a list of tools (registry ids or {{id: ..., options}}), got {specs!r}"]
+    names: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        at = f"{where}[{i}]"
+        if isinstance(spec, str):
+            tool_id, options = spec, {}
+        elif isinstance(spec, Mapping):
+            if "id" not in spec:
+                problems.append(f"{at}: a tool given as a mapping needs an 'id' (registered: {', '.join(TOOLS.ids())})")
+                continue
+            tool_id, options = str(spec["id"]), {k: v for k, v in spec.items() if k != "id"}
+        else:
+            continue  # a tool object, only possible from Python
+        try:
+            cls = TOOLS.get(tool_id)
+        except RegistryError as e:
+            problems.append(f"{at}: {e}")
+            continue
+        check = getattr(cls, "option_problems", None)
+        if callable(check):
+            problems += check(options, at)
+        else:
+            try:
+                sig = inspect.signature(cls)
+            except (TypeError, ValueError):
+                sig = None
+            if sig is not None and not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+                for key in options:
+                    if key not in sig.parameters:
+                        problems.append(f"{at}.{key}: tool {tool_id!r} takes no option {key!r} "
+                                        f"(its options: {', '.join(sig.parameters) or 'none'})")
+            name = getattr(cls, "name", None)
+            if isinstance(name, str) and name:
+                if name in names:
+                    problems.append(f"{at}: a second tool named {name!r} ({where}[{names[name]}] is one)")
+                names[name] = i
+    parser_id = parser.get("id") if isinstance(parser, Mapping) else parser
+    if not isinstance(parser_id, str) or parser_id not in TOOL_PARSERS:
+        problems.append(f"parser: {parser_id!r} is not a registered tool-call parser (registered: "
+                        f"{', '.join(TOOL_PARSERS.ids())})")
+    return problems
+
+
+def describe_tool_spec(spec: Any) -> str:
+    """One line for ``roll plan``: the tool id and its options; for an MCP source the command
+    that would start its server (nothing is started)."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, Mapping):
+        options = {k: v for k, v in spec.items() if k != "id"}
+        if spec.get("id") == "mcp":
+            import shlex
+
+            line = f"mcp: `{shlex.join([str(spec.get('command', '?')), *map(str, spec.get('args') or [])])}`"
+            extra = [f"{k}={options[k]}" for k in ("tools", "prefix", "cwd", "timeout_s") if options.get(k) not in (None, "")]
+            if options.get("env"):
+                extra.append(f"env: {', '.join(options['env'])}")  # names only: values may be secrets
+            return line + (f" ({'; '.join(extra)})" if extra else "")
+        return f"{spec.get('id')}" + (f" ({', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
+    return getattr(spec, "name", type(spec).__name__)
