@@ -58,6 +58,27 @@ class TrainingArgs:
 
 
 @dataclass
+class LoraArgs:
+    """LoRA adapters (through the `peft` package) on a training role's linear layers: only the
+    adapters train and sit in the optimizer; weight sync sends merged weights under the base
+    model's names; checkpoints hold the adapters (docs/backends.md, LoRA)."""
+
+    r: int = ranged(8, ge=1)
+    """Rank of each adapter (A: r x in_features, B: out_features x r)."""
+    alpha: float = ranged(16.0, gt=0)
+    """Scale numerator: the update added to a weight is (alpha / r) * B @ A."""
+    dropout: float = ranged(0.0, ge=0, lt=1)
+    """Dropout on the adapter's input while training (not applied to merged weights)."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear modules that get adapters, by name or name suffix (`q_proj` matches every layer's
+    `self_attn.q_proj`), or `["all-linear"]` for every linear layer but the LM head. A name that
+    matches no linear layer of the model is a pre-flight error listing the model's names."""
+    save_merged: bool = True
+    """Checkpoints (and so `final_model`) also hold the merged model in Hugging Face format,
+    loadable by `from_pretrained` without peft; false: adapters only (under `adapter/`)."""
+
+
+@dataclass
 class GeneratingArgs:
     """Sampling parameters for an inference role."""
 
@@ -107,6 +128,9 @@ class WorkerConfig:
     """Concurrent requests a worker accepts (inference) before the router queues them."""
     call_timeout_s: float = ranged(600.0, gt=0)
     """A call to this role that takes longer fails with an error naming role and rank."""
+    lora: Optional[LoraArgs] = None
+    """LoRA fine-tuning of a training role (torch_train, deepspeed): `{r, alpha, dropout,
+    target_modules, save_merged}`; null trains every parameter (full fine-tuning)."""
     max_restarts: int = ranged(3, ge=-1)
     """Times Ray restarts a dead worker of this role (-1: unlimited); a collective role (trainer)
     restarts all its ranks together."""

@@ -19,7 +19,10 @@ Weight sync gathers ZeRO-3 partitions one parameter at a time (``GatheredParamet
 collective every rank must enter); ZeRO-2 parameters are already whole.
 
 Checkpoints: ``save(dir)`` writes the model in HF format (``from_pretrained``-loadable) plus
-DeepSpeed's own (partitioned optimizer + scheduler) checkpoint under ``dir/deepspeed``.
+DeepSpeed's own (partitioned optimizer + scheduler) checkpoint under ``dir/deepspeed``. With
+``lora``: the adapters under ``dir/adapter``, the merged model when ``lora.save_merged``, and
+DeepSpeed's checkpoint without the frozen base (``exclude_frozen_parameters``); the adapters
+come back from DeepSpeed's own files on load.
 DeepSpeed's loader unpickles those files with ``weights_only=False``; here its checkpoint
 engine reads them with ``torch.load(weights_only=True)`` instead, allowing only the few plain
 DeepSpeed classes they hold (``roll.utils.checkpoint.DEEPSPEED_SAFE_GLOBALS``), so a crafted
@@ -196,16 +199,24 @@ class DeepSpeedStrategy(HFTrainStrategy):
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str) -> None:
         full = {name: t.cpu() for name, t in self._full_parameters()}
+        lora = self.lora is not None
         if self.rank == 0:
             os.makedirs(path, exist_ok=True)
-            self.hf_model.save_pretrained(path, state_dict=full)
-        self.model.save_checkpoint(os.path.join(path, "deepspeed"), tag="roll",
+            if lora:
+                self._save_lora_files(path, full.items())
+            else:
+                self.hf_model.save_pretrained(path, state_dict=full)
+        # LoRA: the frozen base stays out of DeepSpeed's files (it is reloaded from model_path)
+        self.model.save_checkpoint(os.path.join(path, "deepspeed"), tag="roll", exclude_frozen_parameters=lora,
                                     client_state={"step": self.step, "nonfinite_grad_steps": self.nonfinite_grad_steps})
         dist.barrier()
 
     def load(self, path: str) -> None:
+        if self.lora is not None:
+            self._load_lora_adapters(path)  # checks the adapters match this run's settings before DeepSpeed loads
         _, client = self.model.load_checkpoint(os.path.join(path, "deepspeed"), tag="roll",
-                                                load_optimizer_states=True, load_lr_scheduler_states=True)
+                                                load_optimizer_states=True, load_lr_scheduler_states=True,
+                                                load_module_strict=self.lora is None)
         if client is None:
             raise FileNotFoundError(f"deepspeed: no DeepSpeed checkpoint under {path}/deepspeed")
         self.step = int(client.get("step", 0))

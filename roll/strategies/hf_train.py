@@ -222,6 +222,15 @@ class HFTrainStrategy:
         self.scheduler: Any = None
         self.step = 0
         self.nonfinite_grad_steps = 0
+        self.lora = getattr(worker_config, "lora", None)
+        """LoRA settings (roll/models/lora.py) or None for full fine-tuning."""
+        self.peft_model: Any = None
+        if self.lora is not None:
+            from roll.models.lora import LoraError, validate_role
+
+            problems = validate_role(self.lora, self.name, "this role", critic)
+            if problems:
+                raise LoraError("; ".join(problems))
 
     # ---- hooks --------------------------------------------------------------------------------
     def _configure(self, opts: dict[str, Any]) -> None:
@@ -281,10 +290,18 @@ class HFTrainStrategy:
             model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
         if self.args.gradient_checkpointing:
             model.gradient_checkpointing_enable()
+        if self.lora is not None:
+            from roll.models.lora import apply_lora
+
+            # right after the seeded load: every rank draws the same adapter initialisation
+            self.peft_model = apply_lora(model, self.lora, self.model_path)
+            if self.args.gradient_checkpointing:  # frozen embeddings: checkpointed blocks still need a grad path
+                model.enable_input_require_grads()
         return model.to(self.device)
 
     def _make_optimizer(self, params: Iterable[torch.nn.Parameter]) -> tuple[torch.optim.Optimizer, Any]:
         a = self.args
+        params = [p for p in params if p.requires_grad]  # LoRA: the adapters only
         optimizer = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.adam_betas), eps=a.adam_eps, weight_decay=a.weight_decay)
         return optimizer, make_lr_scheduler(optimizer, a, self.num_training_steps)
 
@@ -377,4 +394,45 @@ class HFTrainStrategy:
     # ---- weight sync ----------------------------------------------------------------------------
     def named_parameters_for_sync(self, bucket_size_mb: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
         with torch.no_grad():
-            yield from bucket_tensors(self._full_parameters(), bucket_size_mb)
+            yield from bucket_tensors(self._sync_parameters(), bucket_size_mb)
+
+    def _sync_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """What the inference engines load: the full parameters, or with LoRA the base model's
+        names and shapes with the adapters merged in (engines load full models)."""
+        if self.lora is None:
+            return self._full_parameters()
+        from roll.models.lora import merged_parameters
+
+        return merged_parameters(self.hf_model, self._full_parameters())
+
+    # ---- LoRA checkpoint files (the backends' save/load call these) --------------------------------
+    def _save_lora_files(self, path: str, full: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Rank 0: the adapters under ``path/adapter`` and, with ``lora.save_merged``, the merged
+        model in Hugging Face format at ``path`` (``from_pretrained`` loads it without peft)."""
+        import os
+
+        from roll.models.lora import ADAPTER_DIR, adapter_tensors, merged_parameters, save_adapter
+
+        full = dict(full)
+        save_adapter(os.path.join(path, ADAPTER_DIR), self.peft_model, adapter_tensors(full.items()))
+        if self.lora.save_merged:
+            merged = {n: t.detach().cpu() for n, t in merged_parameters(self.hf_model, full.items())}
+            self._save_merged_hf(path, merged)
+
+    def _save_merged_hf(self, path: str, state_dict: dict[str, torch.Tensor]) -> None:
+        # the adapted model's save_pretrained would see LoRA modules; a base-architecture model
+        # built on the meta device takes the merged state dict with its own names and tying
+        from transformers import AutoModelForCausalLM
+
+        config = self.hf_model.config
+        with torch.device("meta"):
+            base = AutoModelForCausalLM.from_config(config)
+        base.generation_config = self.hf_model.generation_config
+        base.save_pretrained(path, state_dict=state_dict)
+
+    def _load_lora_adapters(self, path: str) -> dict[str, torch.Tensor]:
+        import os
+
+        from roll.models.lora import ADAPTER_DIR, load_adapter
+
+        return load_adapter(os.path.join(path, ADAPTER_DIR), self.hf_model, self.peft_model)

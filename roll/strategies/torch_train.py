@@ -52,7 +52,10 @@ Contracts other parts rely on:
   collective), the tensors are only meaningful to send from rank 0.
 - ``save(dir)`` / ``load(dir)``: the model in HF format (``save_pretrained``, loadable with
   ``from_pretrained``) plus ``trainer_state.pt`` (full optimizer and scheduler state, step),
-  read back with ``torch.load(weights_only=True)``: tensors and plain containers only.
+  read back with ``torch.load(weights_only=True)``: tensors and plain containers only. With
+  ``lora`` (roll/models/lora.py): the adapters under ``dir/adapter`` (peft's format), the
+  merged model in HF format when ``lora.save_merged``, and optimizer state for the adapters
+  only; ``load`` restores the adapters onto the base model from ``model_path``.
 """
 from __future__ import annotations
 
@@ -143,7 +146,10 @@ class TorchTrainStrategy(HFTrainStrategy):
         optim_sd = get_optimizer_state_dict(self.model, self.optimizer, options=self._state_options())
         if self.rank == 0:
             os.makedirs(path, exist_ok=True)
-            self.hf_model.save_pretrained(path, state_dict=model_sd)
+            if self.lora is not None:  # adapters (+ merged model); the optimizer holds adapter state only
+                self._save_lora_files(path, model_sd.items())
+            else:
+                self.hf_model.save_pretrained(path, state_dict=model_sd)
             torch.save({"optimizer": optim_sd, "scheduler": self.scheduler.state_dict(), "step": self.step,
                         "nonfinite_grad_steps": self.nonfinite_grad_steps}, os.path.join(path, "trainer_state.pt"))
         torch.distributed.barrier()
@@ -153,10 +159,15 @@ class TorchTrainStrategy(HFTrainStrategy):
 
         from roll.utils.checkpoint import safe_torch_load
 
-        # from_pretrained restores tied weights that save_pretrained de-duplicated
-        full = type(self.hf_model).from_pretrained(path, dtype=DTYPES[self.cfg.dtype]).state_dict()
         opts = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(self.model, full, options=opts)
+        if self.lora is not None:
+            # the frozen base is the one loaded from model_path; only the adapters come back
+            set_model_state_dict(self.model, self._load_lora_adapters(path),
+                                 options=StateDictOptions(full_state_dict=True, strict=False))
+        else:
+            # from_pretrained restores tied weights that save_pretrained de-duplicated
+            full = type(self.hf_model).from_pretrained(path, dtype=DTYPES[self.cfg.dtype]).state_dict()
+            set_model_state_dict(self.model, full, options=opts)
         # tensors and plain containers only: a crafted trainer_state.pt cannot run code
         state = safe_torch_load(os.path.join(path, "trainer_state.pt"))
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=opts)
