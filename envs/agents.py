@@ -11,6 +11,7 @@ needs ``expert_plan() -> list[str]`` (remaining optimal answers from the current
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,6 +140,88 @@ class NoisyExpertAgent:
         text = self.expert.act(observation, info)
         self.last_source = self.expert.last_source
         return text
+
+
+def tool_call_text(name: str, arguments: Mapping[str, Any]) -> str:
+    """A tool call in the Hermes / Qwen2.5 format, as the tiny model's chat template writes it."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': dict(arguments)})}\n</tool_call>"
+
+
+def digit_typo(text: str, rng: np.random.Generator) -> str:
+    """``text`` with one of its digits replaced by a different digit (unchanged if it has none)."""
+    places = [i for i, ch in enumerate(text) if ch.isdigit()]
+    if not places:
+        return text
+    i = places[int(rng.integers(len(places)))]
+    other = [d for d in "0123456789" if d != text[i]]
+    return text[:i] + other[int(rng.integers(len(other)))] + text[i + 1:]
+
+
+class ToolExpertAgent:
+    """Computes the answer with a tool, then answers with the tool's result.
+
+    For envs wrapped with tools (roll/Tools-v0) whose env has ``expert_tool_call()`` (the call
+    that computes the answer, ``{"name", "arguments"}``, e.g. roll/Arith-v0's calculator call)
+    and ``expert_plan()``. The results of a tool turn reach the agent as
+    ``info["tool_results"]`` (the ``tool`` messages' contents; pipelines/sft_data.py passes
+    them); a turn without them starts the computation. ``epsilon`` is the share of wrong
+    decisions, each a mistake a model makes: answering from its head without the tool (the
+    answer with one digit wrong), calling the tool with a digit of the expression wrong, or
+    copying the result with a digit wrong. A tool result that is an error is answered with
+    the expert's own answer.
+    """
+
+    def __init__(self, env: gym.Env, epsilon: float = 0.0, seed: int | None = None, think: bool = False):
+        u = env.unwrapped
+        if not (callable(getattr(u, "expert_tool_call", None)) and callable(getattr(u, "expert_plan", None))):
+            raise TypeError(f"{type(u).__name__} has no expert_tool_call() and expert_plan(); the tool expert needs both")
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.env = env
+        self.epsilon = epsilon
+        self.rng = np.random.default_rng(seed)
+        self.think = think
+        self.last_source = "expert"
+
+    def _answer(self, value: str, think: str) -> str:
+        return format_answer([value], think if self.think else None)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        u = self.env.unwrapped
+        results = info.get("tool_results")
+        mistake = self.rng.random() < self.epsilon
+        self.last_source = "noise" if mistake else "expert"
+        if results:
+            value = str(results[-1]).strip()
+            if value.startswith("Error"):
+                plan = u.expert_plan()
+                value = plan[0] if plan else value
+            return self._answer(digit_typo(value, self.rng) if mistake else value, "The tool computed it.")
+        call = u.expert_tool_call()
+        if call is None:
+            plan = u.expert_plan()
+            return self._answer(plan[0] if plan else "", "Nothing to compute.")
+        if mistake and self.rng.random() < 0.5:
+            plan = u.expert_plan()
+            return self._answer(digit_typo(plan[0], self.rng) if plan else "", "I compute it in my head.")
+        arguments = dict(call["arguments"])
+        if mistake:
+            arguments = {k: digit_typo(v, self.rng) if isinstance(v, str) else v for k, v in arguments.items()}
+        think = f"<think>I use the {call['name']} tool.</think>" if self.think else ""
+        return think + tool_call_text(call["name"], arguments)
+
+
+def demo_agent(env: gym.Env, epsilon: float, seed: int | None = None, think: bool = False) -> Any:
+    """The agent that writes demonstrations for ``env``: the tool expert for a tool-wrapped env
+    whose env computes with a tool (``expert_tool_call``), the noisy expert otherwise."""
+    has_tools = True
+    try:
+        env.get_wrapper_attr("tool_turn")
+    except AttributeError:
+        has_tools = False
+    if has_tools and callable(getattr(env.unwrapped, "expert_tool_call", None)):
+        return ToolExpertAgent(env, epsilon=epsilon, seed=seed, think=think)
+    return NoisyExpertAgent(env, epsilon=epsilon, seed=seed, think=think)
 
 
 def run_episode(env: gym.Env, agent: Any, seed: int | None = None, max_turns: int = 10_000) -> dict[str, Any]:

@@ -29,6 +29,12 @@ logger = get_logger("roll.pipelines.sft")
 
 def read_conversations(paths: list[str], key: str) -> list[list[dict]]:
     """All conversations of the given jsonl files; a malformed line is a clear error."""
+    return [messages for messages, _ in read_examples(paths, key)]
+
+
+def read_examples(paths: list[str], key: str) -> list[tuple[list[dict], list[dict] | None]]:
+    """(conversation, tool schemas or None) of every row: a row's optional ``tools`` list is
+    rendered with its conversation, as a tool env's prompts are (pipelines/sft_data.py)."""
     out = []
     for path in paths:
         with open(path) as f:
@@ -38,9 +44,12 @@ def read_conversations(paths: list[str], key: str) -> list[list[dict]]:
                 try:
                     row = json.loads(line)
                     messages = row[key]
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    tools = row.get("tools")
+                except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
                     raise ConfigError([f"{path}:{lineno}: expected a JSON object with a {key!r} list ({e})"]) from None
-                out.append(messages)
+                if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+                    raise ConfigError([f"{path}:{lineno}: 'tools' must be a list of JSON schemas (objects)"])
+                out.append((messages, tools or None))
     return out
 
 
@@ -69,19 +78,19 @@ class SFTPipeline(BasePipeline):
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.train = self._tokenize(read_conversations(cfg.data.train_files, cfg.data.messages_key), "train")
-        self.val = self._tokenize(read_conversations(cfg.data.val_files, cfg.data.messages_key), "val") if cfg.data.val_files else []
+        self.train = self._tokenize(read_examples(cfg.data.train_files, cfg.data.messages_key), "train")
+        self.val = self._tokenize(read_examples(cfg.data.val_files, cfg.data.messages_key), "val") if cfg.data.val_files else []
         if not self.train:
             raise ConfigError(["data.train_files: no usable conversation (all too long or without assistant turns)"])
         self.order = self._permutation(0)
         self.make_pool()
         self.actor_train = self.make_cluster("actor_train", ActorWorker, cfg.actor_train, num_training_steps=cfg.max_steps)
 
-    def _tokenize(self, conversations: list[list[dict]], split: str) -> list[tuple[list[int], list[int]]]:
+    def _tokenize(self, examples: list[tuple[list[dict], list[dict] | None]], split: str) -> list[tuple[list[int], list[int]]]:
         out, too_long, no_loss = [], 0, 0
-        for messages in conversations:
+        for messages, tools in examples:
             try:
-                ids, mask = tokenize_conversation(self.tokenizer, messages)
+                ids, mask = tokenize_conversation(self.tokenizer, messages, tools=tools)
             except ChatTemplateError as e:
                 raise ConfigError([f"data ({split}): {e}"]) from None
             if len(ids) > self.cfg.data.max_seq_length:

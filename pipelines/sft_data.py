@@ -19,8 +19,9 @@ import gymnasium
 
 import roll.envs  # noqa: F401  (registers the shipped envs)
 from roll.config import load_config
+from roll.config.validate import ConfigError
 from roll.config.rollout import EnvConfig, EnvManagerConfig
-from roll.envs.agents import NoisyExpertAgent
+from roll.envs.agents import demo_agent
 from roll.rollout.env_manager import format_turn
 
 DEMO_SEED_BASE = 50_000_000
@@ -29,25 +30,56 @@ DEMO_SEED_BASE = 50_000_000
 
 def episode_messages(env_cfg: EnvConfig, env: Any, agent: Any, seed: int) -> tuple[list[dict], dict[str, Any]]:
     """Play one episode; returns the conversation (user/assistant turns) and its outcome
-    (``success``, ``turns``, ``instruction``)."""
+    (``success``, ``turns``, ``instruction``).
+
+    A tool env's tool-calling turn is handled as the env manager does (roll/rollout/env_manager.py):
+    no env step, one ``tool`` message per result, the turn counted against ``max_turns`` (a tool
+    turn on the last allowed turn ends the episode, its results unseen); the agent gets the
+    results as ``info["tool_results"]``."""
+    tool_turn = _tool_turn_hook(env)
     obs, info = env.reset(seed=seed)
     instruction = str(info.get("instruction", "")) if env_cfg.include_instruction else ""
     messages: list[dict] = []
     reward, success, turn = 0.0, False, 0
+    tool_results: list[str] | None = None
     while turn < env_cfg.max_turns:
-        text = format_turn(env_cfg.turn_template, turn_idx=turn + 1, observation=str(obs),
-                           actions_left=env_cfg.max_turns - turn, reward=reward, max_turns=env_cfg.max_turns)
-        if turn == 0 and instruction:
-            text = f"{instruction}\n\n{text}"
-        messages.append({"role": "user", "content": text})
-        answer = agent.act(obs, info)
+        if tool_results is None:
+            text = format_turn(env_cfg.turn_template, turn_idx=turn + 1, observation=str(obs),
+                               actions_left=env_cfg.max_turns - turn, reward=reward, max_turns=env_cfg.max_turns)
+            if turn == 0 and instruction:
+                text = f"{instruction}\n\n{text}"
+            messages.append({"role": "user", "content": text})
+            answer = agent.act(obs, info)
+        else:
+            messages += [{"role": "tool", "content": c} for c in tool_results]
+            answer = agent.act(obs, {**info, "tool_results": tool_results})
         messages.append({"role": "assistant", "content": answer})
+        turn += 1
+        called = tool_turn(answer) if tool_turn is not None else None
+        if called is not None:
+            tool_results = [r.content for r in called.results]
+            continue
+        tool_results = None
         obs, reward, terminated, truncated, info = env.step(answer)
         success = success or bool(info.get("success", False))
-        turn += 1
         if terminated or truncated:
             break
     return messages, {"success": success, "turns": turn, "instruction": instruction}
+
+
+def _tool_turn_hook(env: Any) -> Any:
+    """The tool env's ``tool_turn`` (roll/Tools-v0, through wrappers), or None."""
+    try:
+        return env.get_wrapper_attr("tool_turn")
+    except AttributeError:
+        return None
+
+
+def _tool_schemas(env: Any) -> list[dict] | None:
+    try:
+        return list(env.get_wrapper_attr("tool_schemas"))
+    except AttributeError:
+        return None
 
 
 def step_samples(messages: list[dict], instruction_first: str, window: int) -> Iterator[list[dict]]:
@@ -74,10 +106,15 @@ def generate(cfg_path: str, out: str, episodes: int, epsilon: float, seed: int =
         for tag in tags:
             env_cfg = cfg.custom_envs[tag]
             env = gymnasium.make(env_cfg.env_id, **env_cfg.env_kwargs)
+            schemas = _tool_schemas(env)
+            if schemas and mcfg.mode == "step":
+                env.close()
+                raise ConfigError([f"custom_envs.{tag}: an env with tools needs env manager mode 'trajectory' "
+                                   "for its demonstrations, as for its rollouts"])
             successes = 0
             for i in range(episodes):
                 ep_seed = DEMO_SEED_BASE + seed * 1_000_003 + i
-                agent = NoisyExpertAgent(env, epsilon=epsilon, seed=ep_seed, think=False)
+                agent = demo_agent(env, epsilon=epsilon, seed=ep_seed, think=False)
                 messages, outcome = episode_messages(env_cfg, env, agent, ep_seed)
                 successes += outcome["success"]
                 head = [{"role": "system", "content": env_cfg.system_prompt}] if env_cfg.system_prompt else []
@@ -86,7 +123,9 @@ def generate(cfg_path: str, out: str, episodes: int, epsilon: float, seed: int =
                 else:
                     rows = [head + messages]
                 for r in rows:
-                    f.write(json.dumps({"messages": r, "tag": tag}) + "\n")
+                    # a tool env's rows carry the schemas its prompts render (pipelines/sft.py)
+                    row = {"messages": r, "tag": tag, **({"tools": schemas} if schemas else {})}
+                    f.write(json.dumps(row) + "\n")
                     n_rows += 1
             env.close()
             stats[tag] = {"episodes": episodes, "success_rate": successes / max(1, episodes)}
