@@ -6,7 +6,7 @@ env code itself is imported only when an env is made.
 """
 import importlib
 
-SHIPPED = ("sokoban", "frozen_lake", "webshop", "code", "tools", "agent_function")
+SHIPPED = ("sokoban", "frozen_lake", "webshop", "code", "tools", "agent_function", "arith")
 
 for _name in SHIPPED:
     importlib.import_module(f"roll.envs.{_name}.registration")
