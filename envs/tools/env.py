@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from roll.tools import ToolExecutor, ToolTurn
+from roll.tools.executor import describe_tool_spec, tool_spec_problems
 
 DEFAULT_HINT = ("You may call the tools described in the system message before you answer; "
                 "their results come back in the next turn.")
@@ -72,3 +73,37 @@ class ToolEnv(gym.Wrapper):
     def close(self) -> None:
         self.tool_executor.close()
         super().close()
+
+    # ---- before anything starts (pre-flight and `roll plan` read these from the class) ----
+    @classmethod
+    def _settings(cls, env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        import inspect
+
+        defaults = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        return {**defaults, **dict(env_kwargs)}
+
+    @classmethod
+    def config_problems(cls, env_kwargs: Mapping[str, Any], where: str = "env_kwargs") -> list[str]:
+        """Problems of these ``env_kwargs`` that show without building the env: unknown tool
+        ids or options, a bad MCP entry (its command not on PATH, ...), an unknown parser."""
+        settings = cls._settings(env_kwargs)
+        problems = tool_spec_problems(settings["tools"], settings["parser"], f"{where}.tools")
+        budget = settings["max_tool_calls"]
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            problems.append(f"{where}.max_tool_calls: an integer >= 1, got {budget!r}")
+        return [p if p.startswith(where) else f"{where}.{p}" for p in problems]
+
+    @classmethod
+    def describe_tools(cls, env_kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``roll plan``'s rows for a tool env: each tool (an MCP source as its command; no
+        server is started), the parser and the budgets."""
+        settings = cls._settings(env_kwargs)
+        wrapped = settings["env"] if isinstance(settings["env"], str) else type(settings["env"]).__name__
+        rows = [("wraps", str(wrapped))]
+        rows += [(f"tool {i}", describe_tool_spec(spec)) for i, spec in enumerate(settings["tools"])]
+        parser = settings["parser"]
+        rows.append(("parser", str(parser.get("id")) if isinstance(parser, Mapping) else str(parser)))
+        budget = f"{settings['max_tool_calls']} tool calls per episode, results cut at {settings['max_result_chars']} chars"
+        rows.append(("budget", budget))
+        return rows

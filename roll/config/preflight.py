@@ -248,6 +248,10 @@ def _check_envs(cfg: Any, problems: list[str]) -> None:
             problems.append(f"{where}: the entry point of {env.env_id!r} cannot be loaded: {_describe(e)}")
             continue
         problems.extend(_env_kwargs_problems(env.env_id, creator, defaults, dict(env.env_kwargs), f"custom_envs.{tag}.env_kwargs"))
+        # an env class may check its own kwargs further (roll/Tools-v0: its tools and MCP entries)
+        config_problems = getattr(creator, "config_problems", None)
+        if callable(config_problems):
+            problems.extend(config_problems({**defaults, **dict(env.env_kwargs)}, f"custom_envs.{tag}.env_kwargs"))
 
 
 # ---- data ---------------------------------------------------------------------------------------

@@ -477,6 +477,43 @@ def validate_plan(cfg: Any, pool: PoolInfo | None = None) -> Plan:
     return plan
 
 
+def env_tool_rows(env_id: str, env_kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """``roll plan``'s rows for an env whose class describes its tools (``describe_tools``, as
+    roll/Tools-v0 does); empty for other envs. Reads the config only: no env is built and no
+    MCP server started."""
+    try:
+        import gymnasium
+        from gymnasium.envs.registration import load_env_creator
+
+        spec = gymnasium.spec(env_id)
+        creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    except Exception:  # noqa: BLE001  (an unknown or broken env is a pre-flight problem, listed with the others)
+        return []
+    describe = getattr(creator, "describe_tools", None)
+    return describe({**dict(spec.kwargs or {}), **env_kwargs}) if callable(describe) else []
+
+
+def _print_tools_and_lora(console: Any, cfg: Any) -> None:
+    from dataclasses import asdict, is_dataclass
+
+    from rich.table import Table
+
+    for tag, env in (getattr(cfg, "custom_envs", None) or {}).items():
+        rows = env_tool_rows(env.env_id, dict(env.env_kwargs or {}))
+        if rows:
+            table = Table(title=f"tools of env {tag} ({env.env_id})")
+            table.add_column("setting")
+            table.add_column("value")
+            for k, v in rows:
+                table.add_row(k, v)
+            console.print(table)
+    for role in ("actor_train", "actor_infer", "reference", "critic"):
+        lora = getattr(getattr(cfg, role, None), "lora", None)
+        if lora:  # LoRA settings of a role's model, however the model args hold them
+            fields = asdict(lora) if is_dataclass(lora) else dict(lora) if isinstance(lora, dict) else vars(lora)
+            console.print(f"{role} LoRA: " + ", ".join(f"{k}={v}" for k, v in fields.items()), markup=False, highlight=False)
+
+
 def print_plan(cfg: Any, pool: PoolInfo | None = None, problems: list[str] | tuple[str, ...] = ()) -> bool:
     """``roll plan``: print the placement table and batch arithmetic; False if the plan is
     invalid. ``problems`` (the pre-flight's) are listed first among the plan's own."""
@@ -504,6 +541,7 @@ def print_plan(cfg: Any, pool: PoolInfo | None = None, problems: list[str] | tup
     for k, v in plan.batch:
         batch.add_row(k, v)
     console.print(batch)
+    _print_tools_and_lora(console, cfg)
     for w in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
     if plan.errors:

@@ -263,7 +263,8 @@ def describe_tool_spec(spec: Any) -> str:
             import shlex
 
             line = f"mcp: `{shlex.join([str(spec.get('command', '?')), *map(str, spec.get('args') or [])])}`"
-            extra = [f"{k}={options[k]}" for k in ("tools", "prefix", "cwd", "timeout_s") if options.get(k) not in (None, "")]
+            extra = [f"{k}={', '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                     for k, v in options.items() if k in ("tools", "prefix", "cwd", "timeout_s") and v not in (None, "")]
             if options.get("env"):
                 extra.append(f"env: {', '.join(options['env'])}")  # names only: values may be secrets
             return line + (f" ({'; '.join(extra)})" if extra else "")
