@@ -50,6 +50,8 @@ extras = {
     "megatron": ["megatron-core>=0.12"],
     "wandb": ["wandb>=0.17"],
     "swanlab": ["swanlab"],
+    # MCP tool sources (roll/tools/mcp.py): the Model Context Protocol SDK's stdio client
+    "mcp": ["mcp>=1.12"],
 }
 
 setup(
