@@ -32,17 +32,15 @@ generation, keeps the partial tokens and the env state, and resumes the same tur
 new weights (token and turn versions record it); ``discard`` aborts and restarts episodes;
 ``wait`` lets in-flight requests finish under the old weights.
 
-Groups: ``group_size`` episodes share an env seed. Both modes hand every finished episode to
-its group's state machine (``EpisodeGroup.record``, roll/rollout/groups.py) and act on its
-answer: rerun the slot, drop the group past ``max_episode_retries``, or, for a failure that
-will recur (roll/rollout/failures.py), make get_batch raise ``RunFailedError`` naming the env.
-Every failure goes to the ``error_log``. Filtered, dropped and stale groups are replaced up to
-``max_group_refills`` per batch; past that the batch is returned short
-(``rollout/short_batch``). All of it is counted.
+Groups: ``group_size`` episodes share an env seed. Both modes act on the answers of the group
+state machine (roll/rollout/groups.py): rerun a slot, drop the group, or make get_batch raise
+``RunFailedError``. Lost groups are replaced up to ``max_group_refills`` per batch; past that
+the batch is returned short (``rollout/short_batch``). All of it is counted and logged.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections import Counter, deque
@@ -120,16 +118,12 @@ class RolloutScheduler:
         if manager_config.num_groups_partition and len(manager_config.num_groups_partition) != len(self.tags):
             raise ValueError(f"num_groups_partition {manager_config.num_groups_partition} needs one entry per tag {self.tags}")
         self.mode = "async" if validation else rollout_config.mode
-        ratio = 0.0 if (validation or self.mode == "sync") else float(rollout_config.async_generation_ratio)
-        if ratio < 0:
-            raise ValueError(f"async_generation_ratio must be >= 0, got {ratio}")
-        self.ratio = ratio
-        self.max_staleness = math.ceil(ratio)
-        self.group_filter = None
-        if manager_config.group_filter and not validation:
-            fn = FILTERS.get(manager_config.group_filter)
-            args = dict(manager_config.group_filter_args)
-            self.group_filter = lambda trajs: bool(fn(trajs, **args))
+        self.ratio = 0.0 if (validation or self.mode == "sync") else float(rollout_config.async_generation_ratio)
+        if self.ratio < 0:
+            raise ValueError(f"async_generation_ratio must be >= 0, got {self.ratio}")
+        self.max_staleness = math.ceil(self.ratio)
+        self.group_filter = (functools.partial(FILTERS.get(manager_config.group_filter), **manager_config.group_filter_args)
+                             if manager_config.group_filter and not validation else None)
         self.version = 0
         self._suspended = False
         self._next_group = Counter()
@@ -272,8 +266,6 @@ class RolloutScheduler:
                 if not ok:  # the host died (it is restarting): a transient failure, retried
                     trajs = _worker_died(spec, f"environment worker {host} died: {trajs}")
             self._on_episode(group, slot, spec, trajs)
-        except asyncio.CancelledError:
-            raise
         except Exception as e:  # a bug, not an episode outcome: get_batch re-raises it
             logger.exception("episode %s crashed the scheduler", spec.episode_id)
             self._error = e
@@ -303,10 +295,8 @@ class RolloutScheduler:
             self._fill()
 
     def _settle(self, group: EpisodeGroup, slot: int, spec: EpisodeSpec, trajs: list[Trajectory]) -> str:
-        """One finished episode slot, in both modes: the group's state machine answers
-        (roll/rollout/groups.py), and the answer is counted here; a lost group (dropped,
-        filtered) leaves the open groups and uses one refill, a permanent failure is recorded
-        for get_batch to raise. The caller reruns, hands out or cancels."""
+        """One finished episode slot, in both modes: the group answers, the answer is counted, a
+        lost group uses one refill, a permanent failure is kept for get_batch to raise."""
         answer = group.record(slot, trajs)
         if answer == EpisodeVerdict.IGNORED:
             return answer
@@ -373,9 +363,7 @@ class RolloutScheduler:
 
     def _fill(self) -> None:
         """Launch groups until each tag has its demand (plus redundancy) and ahead share in flight."""
-        if self._suspended or self.mode == "sync" or not self._hosts_configured:
-            return
-        if self._losses > self.mcfg.max_group_refills:
+        if self._suspended or self.mode == "sync" or self._losses > self.mcfg.max_group_refills:
             return
         for tag in self.tags:
             demand = self._demand.get(tag, 0)
@@ -411,10 +399,8 @@ class RolloutScheduler:
             while True:
                 self._raise_recorded_error()
                 for tag in self.tags:
-                    need = demand[tag] - len(taken[tag])
-                    if need > 0:
-                        taken[tag] += self._take_ready(tag, need)
-                        self._demand[tag] = demand[tag] - len(taken[tag])
+                    taken[tag] += self._take_ready(tag, demand[tag] - len(taken[tag]))
+                    self._demand[tag] = demand[tag] - len(taken[tag])
                 if all(len(taken[t]) >= demand[t] for t in self.tags):
                     break
                 self._fill()
@@ -435,9 +421,8 @@ class RolloutScheduler:
         if self.ratio == 0:
             # nothing may run between batches at ratio 0: redundant groups are cancelled
             leftovers = list(self._groups.values())
-            unused = sum(len(q) for q in self._ready.values())
-            if leftovers or unused:
-                self.counters["redundant_groups_discarded"] += len(leftovers) + unused
+            if discarded := len(leftovers) + sum(len(q) for q in self._ready.values()):
+                self.counters["redundant_groups_discarded"] += discarded
             for group in leftovers:
                 await self._cancel_group(group)
             for tag in self.tags:
@@ -454,30 +439,24 @@ class RolloutScheduler:
     # ================================================================ sync (lockstep)
     async def _lockstep_batch(self, demand: dict[str, int], deadline: float) -> list[EpisodeGroup]:
         taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
-        pending: list[tuple[EpisodeGroup, int]] = []
         while True:
             for tag in self.tags:  # the demand at first, then lost groups within the refill budget
-                lost = demand[tag] - len(taken[tag]) - len({id(g) for g, _ in pending if g.tag == tag})
-                while lost > 0 and self._losses <= self.mcfg.max_group_refills:
-                    group = self._new_group(tag)
-                    pending += [(group, s) for s in range(group.size)]
-                    lost -= 1
+                if self._losses <= self.mcfg.max_group_refills:
+                    for _ in range(demand[tag] - len(taken[tag]) - self._open_groups(tag)):
+                        self._new_group(tag)
+            # every open group's unfinished slots: new groups, reruns (retry, restart)
+            pending = [(g, s) for g in self._groups.values() for s in range(g.size) if s not in g.done]
             if not pending:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(self._timeout_message(demand, taken))
             results = await asyncio.wait_for(self._lockstep_round(pending), timeout=max(deadline - time.monotonic(), 0.001))
-            pending = []
             for group, slot, spec, trajs in results:
-                answer = self._settle(group, slot, spec, trajs)
-                if answer in EpisodeVerdict.RERUN:
-                    pending.append((group, slot))
-                elif answer == EpisodeVerdict.READY:
+                if self._settle(group, slot, spec, trajs) == EpisodeVerdict.READY:
                     taken[group.tag].append(group)
                 if self._error is not None:
                     break
             self._raise_recorded_error()
-            pending = [(g, s) for g, s in pending if not g.dropped]
         if any(len(taken[t]) < demand[t] for t in self.tags):
             self.counters["short_batch"] += 1
         return [g for t in self.tags for g in taken[t]]
@@ -511,8 +490,7 @@ class RolloutScheduler:
 
     # ================================================================ batch
     def _assemble(self, groups: list[EpisodeGroup], demand: dict[str, int], elapsed: float) -> RolloutBatch:
-        order = {t: i for i, t in enumerate(self.tags)}
-        groups = sorted(groups, key=lambda g: (order[g.tag], g.index))
+        groups = sorted(groups, key=lambda g: (self.tags.index(g.tag), g.index))
         trajs = [t for g in groups for t in g.trajectories()]
         metrics = episode_metrics(trajs, self.version)
         metrics.update(counter_metrics(self.counters, self.failures_by_tag))
