@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -56,6 +57,10 @@ class Registry:
         self._entries: dict[str, Entry] = {}
         self._autoload = list(autoload)
         self._autoloaded = False
+        # envs (and their tools) are built in thread pools: a thread that asks while another is
+        # still importing the autoload modules waits for them instead of seeing an empty registry
+        self._autoload_lock = threading.RLock()
+        self._autoloading = False
 
     def register(self, id: str, target: Any = None, *, doc: str = "") -> Any:
         """Register ``target`` under ``id``; without ``target``, act as a decorator."""
@@ -84,9 +89,16 @@ class Registry:
     def _run_autoload(self) -> None:
         if self._autoloaded:
             return
-        self._autoloaded = True
-        for module in self._autoload:
-            importlib.import_module(module)
+        with self._autoload_lock:
+            if self._autoloaded or self._autoloading:  # done, or asked again from inside the import
+                return
+            self._autoloading = True
+            try:
+                for module in self._autoload:
+                    importlib.import_module(module)
+            finally:
+                self._autoloading = False
+            self._autoloaded = True
 
     def get(self, id: str) -> Any:
         """Return the registered object, importing its module on first use."""

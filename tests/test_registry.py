@@ -128,3 +128,37 @@ def test_project_registries():
     assert set(REGISTRIES) == {"strategies", "advantages", "losses", "rewards", "filters", "trackers", "pipelines"}
     assert {"stdout", "jsonl", "tensorboard", "wandb", "swanlab"} <= set(TRACKERS.ids())
     assert {"agentic", "rlvr", "sft"} <= set(REGISTRIES["pipelines"].ids())
+
+
+def test_autoload_is_complete_before_any_thread_reads_the_registry(tmp_path, monkeypatch):
+    """Envs are made in a thread pool: a second thread asking while the first is still importing
+    the autoload module must wait for it, not see an empty registry (it reported
+    "unknown tool 'calculator' (registered: none)" for every roll/Tools-v0 env but the first)."""
+    import sys
+    import threading
+
+    from roll.registry import Registry
+
+    (tmp_path / "slow_builtins.py").write_text(
+        "import time\nfrom tests_slow_registry import REG\ntime.sleep(0.3)\nREG.register('calc', 'math:sqrt')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("tool", autoload=["slow_builtins"])
+    holder = type(sys)("tests_slow_registry")
+    holder.REG = reg
+    monkeypatch.setitem(sys.modules, "tests_slow_registry", holder)
+    results = []
+
+    def get():
+        try:
+            results.append(reg.get("calc"))
+        except Exception as e:  # the failure under test, collected for the assertion
+            results.append(e)
+
+    threads = [threading.Thread(target=get) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    import math
+
+    assert results == [math.sqrt] * 4

@@ -1,0 +1,210 @@
+"""A task that needs a tool, measured: `roll run configs/agentic/tool_arith_cpu.yaml` (a chain:
+untrained baseline, noisy tool-using demonstrations, SFT, GRPO on roll/Arith-v0 with the
+calculator) for one or more seeds, each a fresh `roll run` process timed from start to exit.
+
+Reported per seed: held-out success (greedy and sampled, with the standard error) of the
+untrained model, of the SFT model (the GRPO stage's step-0 validation) and after GRPO; the gain
+is RL end minus SFT start, per decoding mode; how often the final policy calls the calculator;
+wall time per stage and in all; the machine's load average before and after. Writes the
+``## Tool task`` section of docs/benchmarks.md and ends with ``RESULT tool_gain_pp=...
+tool_untrained=... tool_sft=... tool_final=...`` (the gain is the smallest over seeds and
+decoding modes; the success figures are greedy, averaged over seeds).
+
+    python bench/tool_task.py              # seeds 42 and 43, one after another
+    python bench/tool_task.py --quick      # one seed, every stage tiny; prints, never writes docs
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from common import result_line, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = "configs/agentic/tool_arith_cpu.yaml"
+TAG = "Arith"
+SECTION = "## Tool task"
+STAGES = ("baseline", "demos", "sft", "grpo")
+QUICK = ["stages.baseline.overrides.val_batch_size=8", "stages.demos.demos.episodes=16",
+         "stages.sft.overrides.max_steps=2", "stages.sft.overrides.save_steps=0",
+         "stages.grpo.overrides.max_steps=1", "stages.grpo.overrides.eval_steps=1",
+         "stages.grpo.overrides.save_steps=0", "stages.grpo.overrides.val_batch_size=8",
+         "stages.grpo.overrides.rollout_batch_size=8", "stages.grpo.overrides.train_env_manager.group_size=4",
+         "stages.grpo.overrides.actor_train.training_args.per_device_train_batch_size=8",
+         "stages.grpo.overrides.actor_infer.generating_args.max_new_tokens=16"]
+"""--quick: the same chain, every stage as small as it goes (the model does not learn)."""
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run_seed(seed: int, out: Path, extra: list[str], reuse: bool = False) -> dict[str, Any]:
+    """One fresh `roll run` of the chain; its summary plus wall, load and tool use. With
+    ``reuse``, a seed whose run finished before (``seed-N.json``) is read back instead."""
+    record = out.parent / f"{out.name}.json"
+    if reuse and record.exists() and (out / "summary.json").exists():
+        print(f"seed {seed}: reusing the run recorded in {record}", flush=True)
+        return json.loads(record.read_text())
+    record.unlink(missing_ok=True)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "roll.cli", "run", CONFIG, f"seed={seed}", f"output_dir={out}", *extra]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    load_before = loadavg()
+    print(f"$ {shlex.join(['roll', *cmd[3:]])}   (load average {load_before})", flush=True)
+    t0 = time.perf_counter()
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        tail = (out.parent / f"{out.name}.log").read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
+    summary = json.loads((out / "summary.json").read_text())
+    demos = json.loads((out / "demos" / "demos_stats.json").read_text())
+    result = {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
+              "demo_success": 100 * demos[TAG]["success_rate"], **figures(summary), **val_rounds(out)}
+    record.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """Untrained, SFT start and RL end success (in %) and episodes, per decoding mode."""
+    pts = summary["points"]
+    base = next(p for p in pts if p["step"] is None)
+    rl = [p for p in pts if p["stage"] == "grpo"]
+    if len(rl) != 2:
+        raise ValueError(f"expected the grpo stage's first and last validation rounds, got {[p['label'] for p in rl]}")
+    out: dict[str, Any] = {"episodes": rl[0]["episodes"], "base_episodes": base["episodes"], "end_step": rl[1]["step"]}
+    for mode in ("greedy", "sampled"):
+        out[f"untrained_{mode}"] = 100 * base["success"][TAG][mode]
+        out[f"start_{mode}"] = 100 * rl[0]["success"][TAG][mode]
+        out[f"end_{mode}"] = 100 * rl[1]["success"][TAG][mode]
+        out[f"gain_{mode}"] = out[f"end_{mode}"] - out[f"start_{mode}"]
+    out["gain"] = min(out["gain_greedy"], out["gain_sampled"])
+    return out
+
+
+def val_rounds(out: Path) -> dict[str, Any]:
+    """Every validation round of the grpo stage: success per decoding mode and the mean number
+    of calculator calls per episode (how the policy uses the tool)."""
+    rounds = []
+    for line in (out / "grpo" / "logs" / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        r = {"step": int(row["step"])}
+        for mode, prefix in (("greedy", "val_greedy"), ("sampled", "val")):
+            r[mode] = row.get(f"{prefix}/env/{TAG}/success")
+            r[f"calls_{mode}"] = row.get(f"{prefix}/env/{TAG}/tool/calls")
+        if r["greedy"] is not None and r["sampled"] is not None:
+            rounds.append(r)
+    return {"rounds": rounds}
+
+
+def se(pct: float, n: int) -> float:
+    p = pct / 100
+    return 100 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def fmt_calls(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note: str = "") -> str:
+    n = runs[0]["episodes"]
+    with open(ROOT / CONFIG) as f:
+        chain = yaml.safe_load(f)["stages"]
+    grpo, sft, demos = chain["grpo"]["overrides"], chain["sft"]["overrides"], chain["demos"]["demos"]
+    model = grpo["pretrain"].split("//")[-1]
+    lines = [SECTION, "",
+             f"`{invocation}`: `roll run {CONFIG}` once per seed (`seed=S`), each a fresh process on the",
+             "2-core CPU (load average before and after in the table: with a load of L on 2 cores a run gets",
+             f"about 2/L of the CPU). The task: roll/Arith-v0 (a 3-digit by 2-digit product, the same plus a",
+             "4-digit number, or a sum of three 3-4 digit numbers; reward 1 for the exact whole number) with",
+             f"the calculator through roll/Tools-v0; the {model} model. The chain: `baseline` (the untrained",
+             f"model), `demos` ({demos['episodes']} expert episodes: call the calculator with the problem's",
+             f"expression, then answer its result; each of the two decisions a mistake with probability",
+             f"{demos['epsilon']}: an answer from the head, a digit wrong in the call or in the copied result),",
+             f"`sft` ({sft['max_steps']} steps), `grpo` ({grpo['max_steps']} steps of {grpo['rollout_batch_size']} "
+             f"episodes, groups of {grpo['train_env_manager']['group_size']}).",
+             f"Held-out success on {n} problems never trained on (env seeds seed+100000 on), greedy and",
+             f"sampled at temperature 1.0; ± is the standard error of one rate over {n} episodes (at most",
+             f"{50 / math.sqrt(n):.1f} points). Gain = RL end - SFT start (the grpo stage's step-0 validation),",
+             "per decoding mode. Calls = calculator calls per held-out episode (greedy). Wall = the whole",
+             "`roll run` process.",
+             *([note] if note else []), "",
+             "| seed | untrained greedy / sampled | SFT start greedy / sampled | RL end greedy / sampled | "
+             "gain greedy / sampled (pp) | calls SFT -> RL | demo success | wall (s): baseline, demos, sft, grpo; total "
+             "| load before / after |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        st = r["summary"]["stages"]
+        walls = ", ".join(f"{st[k]['wall_s']:.0f}" for k in STAGES)
+        cells = []
+        for key in ("untrained", "start", "end"):
+            nn = r["base_episodes"] if key == "untrained" else n
+            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+        rounds = r["rounds"]
+        calls = f"{fmt_calls(rounds[0]['calls_greedy'])} -> {fmt_calls(rounds[-1]['calls_greedy'])}" if rounds else "-"
+        lines.append(f"| {r['seed']} | {cells[0]} | {cells[1]} | {cells[2]} | {r['gain_greedy']:+.1f} / "
+                     f"{r['gain_sampled']:+.1f} | {calls} | {r['demo_success']:.0f} % | {walls}; {r['wall_s']:.0f} | "
+                     f"{r['load_before']} / {r['load_after']} |")
+    lines += ["", "Validation rounds of the grpo stage (step: greedy / sampled, %):", ""]
+    for r in runs:
+        lines.append(f"- seed {r['seed']}: " + ", ".join(
+            f"{x['step']}: {100 * x['greedy']:.0f} / {100 * x['sampled']:.0f}" for x in r["rounds"]))
+    lines += ["", "```", result, "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 42 43 (--quick: 42)")
+    p.add_argument("--out", default="output/bench/tool_task")
+    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before")
+    p.add_argument("--note", default="", help="a sentence for the docs section (e.g. which runs overlapped)")
+    args = p.parse_args(argv)
+    seeds = args.seeds or ([42] if args.quick else [42, 43])
+    out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
+    runs = []
+    for seed in seeds:
+        r = run_seed(seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse)
+        runs.append(r)
+        print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
+              f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "
+              f"(greedy / sampled %; gain {r['gain_greedy']:+.1f} / {r['gain_sampled']:+.1f}), wall {r['wall_s']:.0f} s, "
+              f"load {r['load_before']} -> {r['load_after']}", flush=True)
+    (out_root / "results.json").write_text(json.dumps(runs, indent=1))
+
+    def mean(key: str) -> float:
+        return round(sum(r[key] for r in runs) / len(runs), 1)
+
+    result = result_line({"tool_gain_pp": round(min(r["gain"] for r in runs), 1),
+                          "tool_untrained": mean("untrained_greedy"), "tool_sft": mean("start_greedy"),
+                          "tool_final": mean("end_greedy")})
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--note" in given:  # the note is in the section already
+        i = given.index("--note")
+        del given[i:i + 2]
+    invocation = shlex.join(["python", "bench/tool_task.py", *given])
+    text = section_text(runs, invocation, result, args.note)
+    if args.quick:
+        print(text)
+    write_section(text, quick=args.quick)
+    print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
