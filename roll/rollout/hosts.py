@@ -48,17 +48,19 @@ class HostPool:
         self.load = [0] * len(self.hosts)
         self.epoch = [0] * len(self.hosts)  # bumped at each death: calls tied to the old process fail
         self.max_restarts = max_restarts  # Ray's budget per host (-1: unlimited); past it a death is final
-        self.down: set[int] = set()  # died; recovering
         self.lost: set[int] = set()  # died and did not come back
         self.recover_timeout_s = recover_timeout_s
         self.restarts = 0
         self.deaths = 0
         self._settings: dict[str, tuple[str, tuple]] = {}  # key -> (method, args), replayed in order
-        self._recovering: dict[int, asyncio.Task] = {}
+        self._recovering: dict[int, asyncio.Task] = {}  # died; waiting for its restart
         self._changed = asyncio.Event()  # bound to the loop that first waits on it
 
+    def serving(self, i: int) -> bool:
+        return i not in self._recovering and i not in self.lost
+
     def live(self) -> list[int]:
-        return [i for i in range(len(self.hosts)) if i not in self.down and i not in self.lost]
+        return [i for i in range(len(self.hosts)) if self.serving(i)]
 
     async def acquire(self) -> int:
         """The least-loaded serving host, waiting while every host is recovering; its load
@@ -69,7 +71,7 @@ class HostPool:
         live = self.live()
         if not live:
             raise RunFailedError("every environment worker died and none came back "
-                                 f"(lost: {sorted(self.lost)}, recovering: {sorted(self.down - self.lost)})")
+                                 f"(lost: {sorted(self.lost)}, recovering: {sorted(self._recovering)})")
         i = min(live, key=lambda i: (self.load[i], i))
         self.load[i] += 1
         return i
@@ -80,7 +82,7 @@ class HostPool:
     async def call(self, i: int, method: str, *args: Any, epoch: int | None = None) -> tuple[bool, Any]:
         """``(True, result)``, or ``(False, error)`` when host ``i`` died (it is then recovering).
         ``epoch``: the process the caller's episode lives in; a restarted one does not know it."""
-        if i in self.down or i in self.lost or epoch not in (None, self.epoch[i]):
+        if not self.serving(i) or epoch not in (None, self.epoch[i]):
             return False, None
         try:
             return True, await call_host(self.hosts[i], method, *args)
@@ -101,11 +103,10 @@ class HostPool:
                 raise r
 
     def on_death(self, i: int, error: BaseException | None = None) -> None:
-        if i in self.down or i in self.lost:
+        if not self.serving(i):
             return
         self.deaths += 1
         self.epoch[i] += 1
-        self.down.add(i)
         logger.error("%s environment worker %d died (%s); waiting for its restart", self.name, i, type(error).__name__ if error else "")
         if not hasattr(getattr(self.hosts[i], "ping", None), "remote"):
             self._give_up(i, "not a Ray actor")  # in-process hosts do not restart
@@ -129,7 +130,6 @@ class HostPool:
                         self._give_up(i, f"{type(e).__name__}: {e}")
                         return
                     await asyncio.sleep(0.5)  # restarting: the new process is not up yet
-            self.down.discard(i)
             self.restarts += 1
             logger.warning("%s environment worker %d restarted and serving again (restart #%d)", self.name, i, self.restarts)
         finally:
@@ -138,7 +138,6 @@ class HostPool:
 
     def _give_up(self, i: int, why: str) -> None:
         self.lost.add(i)
-        self.down.discard(i)
         logger.error("%s environment worker %d did not come back (%s); continuing with %d of %d", self.name, i, why,
                      len(self.live()), len(self.hosts))
 
