@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
-
 from roll.envs.base import UnicodeText
 
 API_KEY = "roll-local"  # the endpoint checks no key; the openai client insists on one
@@ -39,7 +38,7 @@ def load_function(spec: str) -> Callable[..., Any]:
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function")
+        raise TypeError(f"{spec!r} is a {type(obj).__name__}, not a function")
     return obj
 
 
@@ -90,8 +89,9 @@ class AgentFunctionEnv(gym.Env[str, str]):
             raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
         self.function_spec = str(function)
         self.function = load_function(function)
-        self.is_async = inspect.iscoroutinefunction(self.function) or inspect.iscoroutinefunction(
-            getattr(self.function, "__call__", None))
+        # an async def, or an object whose __call__ is one
+        self.is_async = inspect.iscoroutinefunction(self.function) or (
+            not inspect.isroutine(self.function) and inspect.iscoroutinefunction(type(self.function).__call__))
         self.tasks = load_tasks(tasks, tasks_file)
         self.agent_options = {"timeout_s": float(timeout_s), "model": str(model), "max_requests": int(max_requests),
                               "tool_parser": tool_parser}

@@ -33,14 +33,19 @@ from typing import Any
 
 from roll.data.trajectory import Trajectory
 from roll.rollout.control import CallTimeout
-from roll.rollout.endpoint import DEFAULT_MODEL_NAME, EpisodeSession, acquire_endpoint, release_endpoint
+from roll.rollout.endpoint import (
+    DEFAULT_MODEL_NAME,
+    EpisodeSession,
+    acquire_endpoint,
+    release_endpoint,
+)
 
 RESULT_KEYS = ("reward", "success", "info")
 
 
 def agent_result(value: Any) -> tuple[float, bool | None, dict[str, float]]:
     """(reward, success or None, numeric info) from what an agent function returned; raises
-    ValueError naming what is wrong."""
+    TypeError or ValueError naming what is wrong."""
     info: dict[str, float] = {}
     success = None
     if isinstance(value, dict):
@@ -52,17 +57,17 @@ def agent_result(value: Any) -> tuple[float, bool | None, dict[str, float]]:
             raise ValueError("the agent function returned a dict without 'reward'")
         if "success" in value:
             if not isinstance(value["success"], bool):
-                raise ValueError(f"'success' must be a bool, got {type(value['success']).__name__}")
+                raise TypeError(f"'success' must be a bool, got {type(value['success']).__name__}")
             success = value["success"]
         raw_info = value.get("info") or {}
         if not isinstance(raw_info, dict):
-            raise ValueError(f"'info' must be a dict, got {type(raw_info).__name__}")
+            raise TypeError(f"'info' must be a dict, got {type(raw_info).__name__}")
         for k, v in raw_info.items():
             if isinstance(v, numbers.Real) and math.isfinite(float(v)):
                 info[str(k)] = float(v)
         value = value["reward"]
     if not isinstance(value, numbers.Real):
-        raise ValueError(f"the agent function returned a {type(value).__name__} ({str(value)[:80]!r}); "
+        raise TypeError(f"the agent function returned a {type(value).__name__} ({str(value)[:80]!r}); "
                          "expected a number (the reward) or a dict with 'reward'")
     reward = float(value)
     if not math.isfinite(reward):
@@ -136,7 +141,7 @@ class AgentEpisode:
             return m._fail(error)
         try:
             reward, success, self.info = agent_result(value)
-        except ValueError as e:
+        except (TypeError, ValueError) as e:
             return m._fail(EpisodeFailure("env_error", str(e), permanent=True))
         if not any(s.num_turns for s in session.segments):
             return m._fail(EpisodeFailure("env_error", "the agent function made no chat-completion request that "

@@ -92,7 +92,7 @@ def _tool_capability(env: Any) -> _ToolCapability | None:
     return _ToolCapability(*attrs)
 
 
-def _agent_episode(manager: "EnvManager") -> Any:
+def _agent_episode(manager: EnvManager) -> Any:
     """The AgentEpisode of an env that runs an agent function (``run_agent``, e.g.
     roll/AgentFunction-v0; roll/rollout/agent_episode.py), or None."""
     get = getattr(manager.env, "get_wrapper_attr", None)

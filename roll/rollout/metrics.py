@@ -40,8 +40,9 @@ def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, f
         out[p + "effective_action_rate"] = _mean([t.metrics.get("effective_action_rate", 0.0) for t in ts])
         out[p + "truncated"] = _mean([float(t.truncated) for t in ts])
         out[p + "episodes"] = float(len(ts))
-        # tool envs (docs/tools.md): calls, errors and turns per episode, by tool and error kind
-        for key in sorted({k for t in ts for k in t.metrics if k.startswith("tool/")}):
+        # tool envs (docs/tools.md): calls, errors and turns per episode, by tool and error kind;
+        # agent functions: requests, segments, refused requests and the function's info numbers
+        for key in sorted({k for t in ts for k in t.metrics if k.startswith(("tool/", "agent/"))}):
             out[p + key] = _mean([t.metrics.get(key, 0.0) for t in ts])
     if every:
         gen = sum(t.metrics.get("time/generate_s", 0.0) for t in every)

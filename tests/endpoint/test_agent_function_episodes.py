@@ -8,6 +8,7 @@ from endpoint_agents import CALCULATOR, SLEPT, SYSTEM
 from endpoint_policy import ScriptedPolicy, run_agent_episode
 
 from roll.data.trajectory import trajectories_to_batch
+from roll.rollout.metrics import episode_metrics
 
 
 def rendered_ids(tok, messages, tools=None):
@@ -42,6 +43,8 @@ def test_three_turns_are_one_token_exact_trajectory(tok):
     assert batch["token_rewards"][0, last_model].item() == pytest.approx(0.7)
     m = traj.metrics
     assert (m["agent/requests"], m["agent/segments"], m["agent/info/turns"], m["agent/request_errors"]) == (3, 1, 3, 0)
+    agg = episode_metrics([traj], version=0)
+    assert (agg["env/agent/agent/requests"], agg["env/agent/agent/info/turns"], agg["env/agent/success"]) == (3, 3, 1)
 
 
 def test_sdk_message_objects_sent_back_still_extend(tok):
