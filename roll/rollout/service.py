@@ -91,24 +91,18 @@ class ThreadedScheduler:
             return self._loop.run(self.scheduler.get_batch(n, timeout_s))
         return self._loop.run_watching(self.scheduler.get_batch(n, timeout_s), on_wait, wait_interval_s)
 
-    def suspend(self) -> None:
-        self._loop.run(self.scheduler.suspend())
-
     def set_policy_version(self, version: int) -> None:
         self._loop.run(self.scheduler.set_policy_version(version))
-
-    def resume(self) -> None:
-        self._loop.run(self.scheduler.resume())
 
     @contextlib.contextmanager
     def weight_update(self, version: int) -> Iterator[None]:
         """Suspend rollouts around a weight sync; on success the new version is recorded."""
-        self.suspend()
+        self._loop.run(self.scheduler.suspend())
         try:
             yield
             self.set_policy_version(version)
         finally:
-            self.resume()
+            self._loop.run(self.scheduler.resume())
 
     def close(self) -> None:
         if self._loop.running:
