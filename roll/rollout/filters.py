@@ -9,18 +9,19 @@ from roll.data.trajectory import Trajectory
 from roll.registry import FILTERS
 
 
-def _episode_returns(group: list[Trajectory]) -> list[float]:
-    seen: dict[str, float] = {}
-    for t in group:  # step-mode groups hold several samples per episode
-        seen.setdefault(t.episode_id, t.episode_return)
-    return list(seen.values())
+def _per_episode(group: list[Trajectory], field: str) -> list[float]:
+    """``field`` of each episode, once (step-mode groups hold several samples per episode)."""
+    first: dict[str, float] = {}
+    for t in group:
+        first.setdefault(t.episode_id, float(getattr(t, field)))
+    return list(first.values())
 
 
 @FILTERS.register("zero_variance")
 def drop_zero_variance(group: list[Trajectory], eps: float = 1e-6) -> bool:
     """Dynamic sampling: drop groups whose episode returns are all equal (no learning signal
     for group-relative baselines)."""
-    returns = _episode_returns(group)
+    returns = _per_episode(group, "episode_return")
     return len(returns) > 1 and max(returns) - min(returns) > eps
 
 
@@ -28,8 +29,5 @@ def drop_zero_variance(group: list[Trajectory], eps: float = 1e-6) -> bool:
 def success_rate_band(group: list[Trajectory], low: float = 0.0, high: float = 1.0) -> bool:
     """Keep groups whose success rate lies in [low, high]; low=0.01, high=0.99 keeps only
     groups with both successes and failures."""
-    seen: dict[str, bool] = {}
-    for t in group:
-        seen.setdefault(t.episode_id, bool(t.success))
-    rate = sum(seen.values()) / max(len(seen), 1)
-    return low <= rate <= high
+    successes = _per_episode(group, "success")
+    return low <= sum(successes) / max(len(successes), 1) <= high
