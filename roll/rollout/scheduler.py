@@ -146,20 +146,20 @@ class RolloutScheduler:
         self._hosts_configured = False
 
     # ================================================================ public API
-    async def get_batch(self, n: int, timeout_s: float | None = None) -> RolloutBatch:
-        """``n`` episodes (``n / group_size`` groups split over tags); step mode returns one
-        sample per turn of those episodes."""
+    async def get_batch(self, n: int) -> RolloutBatch:
+        """``n`` episodes (``n / group_size`` groups split over tags) within
+        ``get_batch_timeout_s``; step mode returns one sample per turn of those episodes."""
         await self._setup()
         t0 = time.monotonic()
-        timeout_s = self.rcfg.get_batch_timeout_s if timeout_s is None else timeout_s
+        deadline = t0 + self.rcfg.get_batch_timeout_s
         demand = self._split_groups(n)
         if self.validation:
             self._next_group = Counter()  # the same seeds every validation round
         self._losses = 0
         if self.mode == "sync":
-            groups = await self._lockstep_batch(demand, t0 + timeout_s)
+            groups = await self._lockstep_batch(demand, deadline)
         else:
-            groups = await self._per_sample_batch(demand, t0 + timeout_s)
+            groups = await self._per_sample_batch(demand, deadline)
         return self._assemble(groups, demand, time.monotonic() - t0)
 
     async def prepare(self, n: int) -> None:
@@ -369,20 +369,17 @@ class RolloutScheduler:
             demand = self._demand.get(tag, 0)
             # lost groups leave self._groups, so they are replaced here (refills) within the budget
             want = math.ceil(demand * (1.0 + self.mcfg.redundancy)) + self._ahead[tag]
-            have = len(self._ready[tag]) + self._open_groups(tag)
-            while have < want:
+            for _ in range(want - len(self._ready[tag]) - self._open_groups(tag)):
                 group = self._new_group(tag)
                 for slot in range(group.size):
                     self._launch(group, slot)
-                have += 1
 
     def _take_ready(self, tag: str, k: int) -> list[EpisodeGroup]:
         out = []
         q = self._ready[tag]
         while q and len(out) < k:
             group = q.popleft()
-            oldest = group.min_version()
-            if self.mode == "async" and oldest >= 0 and oldest < self.version - self.max_staleness:
+            if 0 <= group.min_version() < self.version - self.max_staleness:
                 self.counters["stale_groups_dropped"] += 1
                 self._losses += 1
                 continue

@@ -83,13 +83,12 @@ class ThreadedScheduler:
     async def _make(make_scheduler: Callable[[], RolloutScheduler]) -> RolloutScheduler:
         return make_scheduler()
 
-    def get_batch(self, n: int, timeout_s: float | None = None, on_wait: Callable[[], None] | None = None,
-                  wait_interval_s: float = 5.0) -> RolloutBatch:
-        """A batch of ``n`` episodes; ``on_wait()`` runs on the calling thread every
-        ``wait_interval_s`` seconds while it is produced (e.g. recovering crashed workers)."""
+    def get_batch(self, n: int, on_wait: Callable[[], None] | None = None) -> RolloutBatch:
+        """A batch of ``n`` episodes; ``on_wait()`` runs on the calling thread every 5 s while it
+        is produced (e.g. recovering crashed workers)."""
         if on_wait is None:
-            return self._loop.run(self.scheduler.get_batch(n, timeout_s))
-        return self._loop.run_watching(self.scheduler.get_batch(n, timeout_s), on_wait, wait_interval_s)
+            return self._loop.run(self.scheduler.get_batch(n))
+        return self._loop.run_watching(self.scheduler.get_batch(n), on_wait, 5.0)
 
     def set_policy_version(self, version: int) -> None:
         self._loop.run(self.scheduler.set_policy_version(version))
