@@ -66,6 +66,13 @@ class _Slot:
         self.served = 0
         self.down_until = 0.0  # unavailable until then (monotonic clock)
 
+    def mark_down(self) -> bool:
+        """Avoid this worker for ``_DOWN_S``; returns whether it was serving until now."""
+        now = time.monotonic()
+        newly = self.down_until <= now
+        self.down_until = now + _DOWN_S
+        return newly
+
 
 class Router:
     """Load-balanced, sticky, bounded routing over inference workers."""
@@ -111,14 +118,14 @@ class Router:
                 except Exception as e:
                     if not is_unavailable(e) or time.monotonic() >= deadline or rid in self._aborted:
                         raise
-                    wait = _RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)]
-                    if self._unbind(episode):
+                    slot = self.release(episode)  # the episode's worker failed it: pick again
+                    if slot is not None and slot.mark_down():  # log once per outage
                         logger.warning("inference worker unavailable (%s); its requests are sent again", type(e).__name__)
                     self.unavailable_retries += 1
-                    attempt += 1
                     self._retrying.add(rid)
                     try:
-                        await asyncio.sleep(wait)
+                        await asyncio.sleep(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)])
+                        attempt += 1
                     finally:
                         self._retrying.discard(rid)
                     if rid in self._aborted:  # aborted while waiting to be sent again
@@ -151,7 +158,7 @@ class Router:
                 except Exception as e:
                     if not is_unavailable(e):
                         raise
-                    slot.down_until = time.monotonic() + _DOWN_S
+                    slot.mark_down()
                     self.unavailable_retries += 1
                     logger.warning("inference worker %d unavailable for a batch of %d; sending its requests again",
                                    idx, len(send))
@@ -162,17 +169,6 @@ class Router:
             self._aborted.difference_update(ids)
         done.update(zip([r.request_id for r in again], await asyncio.gather(*(self.generate(r) for r in again))))
         return [done[rid] for rid in ids]
-
-    def _unbind(self, episode_id: str | None) -> bool:
-        """The episode's worker failed it: mark that worker down for a while, pick again.
-        Returns whether the worker was serving until now (log once per outage)."""
-        slot = self.release(episode_id)
-        if slot is None:
-            return False
-        now = time.monotonic()
-        newly = slot.down_until <= now
-        slot.down_until = now + _DOWN_S
-        return newly
 
     async def _generate_once(self, request: GenerationRequest, idx: int) -> GenerationResult:
         async with self._admit(idx, [request]) as send:
