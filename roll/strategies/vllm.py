@@ -30,6 +30,9 @@ reload, clears the prefix cache (cached KV of the old weights is stale) and resu
 tensors travel to the workers as one safetensors blob per bucket; CUDA tensors as CUDA IPC
 handles (same-node, zero copy).
 
+``request.meta["ignore_eos"] = True`` keeps decoding past EOS (vLLM's ``ignore_eos``; benchmarks
+that need exact lengths), as in hf_infer; stop token ids and stop strings still apply.
+
 Offload/reload map to vLLM sleep/wake when ``enable_sleep_mode`` is set (GPU; level from
 ``sleep_level``, level 2 discards weights, so a weight update must follow the reload); on
 CPU vLLM has no sleep mode and they are no-ops.
@@ -178,8 +181,13 @@ class VLLMStrategy:
         engine = {"model": path, "dtype": worker_config.dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
                       "max_num_seqs": worker_config.max_concurrency}
         if self.device == "cpu":
-            # torch.compile and graph capture cost minutes on CPU and buy little for small models
-            engine.update(enforce_eager=True, kv_cache_memory_bytes=int(cpu_kv_gb * (1 << 30)))
+            # torch.compile and graph capture cost minutes on CPU and buy little for small models.
+            # Chunked prefill off: when a seeded request's prefill is split over steps, vLLM rewinds
+            # its generator with Generator.set_offset, which CPU generators lack, and the engine
+            # dies (every rollout request is seeded; any batch whose prompts exceed
+            # max_num_batched_tokens hits it). Without chunking vLLM raises the token budget to
+            # max_model_len so every prompt still fits one step.
+            engine.update(enforce_eager=True, kv_cache_memory_bytes=int(cpu_kv_gb * (1 << 30)), enable_chunked_prefill=False)
         engine.update(opts)
         ext = engine.get("worker_extension_cls")
         if ext and ext != EXTENSION:
@@ -264,7 +272,7 @@ class VLLMStrategy:
             n=1, max_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=max(0, r.top_k),
             seed=r.seed, stop=list(r.stop_strings) or None, stop_token_ids=list(r.stop_token_ids) or None,
             include_stop_str_in_output=True, logprobs=0, detokenize=bool(r.stop_strings),
-            output_kind=RequestOutputKind.DELTA)
+            ignore_eos=bool(r.meta.get("ignore_eos", False)), output_kind=RequestOutputKind.DELTA)
 
     async def _generate_on_engine(self, r: GenerationRequest) -> GenerationResult:
         engine = await self._engine()
@@ -308,6 +316,11 @@ class VLLMStrategy:
         running = [i for i in request_ids if i in self._inflight]
         if running:
             await self._on_engine(self.engine.abort(running))
+
+    def reset_prefix_cache(self) -> None:
+        """Drop cached KV blocks (benchmarks that replay the same prompts compare cold engines)."""
+        if self.engine is not None:
+            self._call(self.engine.reset_prefix_cache())
 
     # ---- scoring (train/infer parity) ----------------------------------------------------------
     async def _score_on_engine(self, seqs: list[list[int]]) -> list[list[float]]:

@@ -198,3 +198,24 @@ def test_parity_with_torch_train(engine, tiny_model_dir):
     assert report["num_tokens"] > 0
     assert report["mean_abs_diff"] < LOGPROB_TOL and report["max_abs_diff"] < 10 * LOGPROB_TOL
     assert abs(report["kl_k3"]) < 1e-6
+
+
+def test_ignore_eos_reaches_sampling_params():
+    on = VLLMStrategy._sampling_params(GenerationRequest("a", [1], max_new_tokens=4, meta={"ignore_eos": True}))
+    off = VLLMStrategy._sampling_params(GenerationRequest("b", [1], max_new_tokens=4))
+    assert on.ignore_eos is True and off.ignore_eos is False
+
+
+def test_seeded_batch_over_the_token_budget(engine):
+    """Rollout requests are all seeded. A batch whose prompts overflow one step's token budget
+    used to have a prefill split over steps, and vLLM's rewind of that request's generator
+    (Generator.set_offset, absent on CPU) killed the engine. Last in the module: on the old code
+    the engine is dead afterwards."""
+    budget = engine.engine.vllm_config.scheduler_config.max_num_batched_tokens
+    n = budget // 400 + 2
+    reqs = [GenerationRequest(f"budget{i}", [(7 * i + j) % 3000 + 3 for j in range(400)], max_new_tokens=4,
+                              temperature=1.0, seed=100 + i, meta={"ignore_eos": True}) for i in range(n)]
+    assert sum(len(r.prompt_ids) for r in reqs) > budget
+    results = _run(_gen_all(engine, reqs))
+    assert [len(r.output_ids) for r in results] == [4] * n
+    assert all(r.finish_reason == "length" for r in results)
