@@ -58,11 +58,7 @@ class RolloutControl:
         self._running.set()
 
     def is_stale(self, oldest_version: int) -> bool:
-        return (
-            self.max_staleness is not None
-            and oldest_version >= 0
-            and oldest_version < self.version - self.max_staleness
-        )
+        return self.max_staleness is not None and 0 <= oldest_version < self.version - self.max_staleness
 
 
 class CallTimeout(Exception):
