@@ -21,16 +21,13 @@ def _mean(xs: list[float]) -> float:
 
 def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, float]:
     """Per-tag outcome metrics over one trajectory per episode (step-mode samples deduplicated)."""
-    by_tag: dict[str, list[Trajectory]] = defaultdict(list)
-    seen: set[str] = set()
+    by_tag: dict[str, dict[str, Trajectory]] = defaultdict(dict)
     for t in episodes:
-        if t.episode_id in seen:
-            continue
-        seen.add(t.episode_id)
-        by_tag[t.env_tag].append(t)
+        by_tag[t.env_tag].setdefault(t.episode_id, t)
     out: dict[str, float] = {}
     every: list[Trajectory] = []
-    for tag, ts in by_tag.items():
+    for tag, first in by_tag.items():
+        ts = list(first.values())
         every += ts
         p = f"env/{tag}/"
         out[p + "success"] = _mean([float(t.success) for t in ts])

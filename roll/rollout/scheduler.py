@@ -489,25 +489,20 @@ class RolloutScheduler:
     def _assemble(self, groups: list[EpisodeGroup], demand: dict[str, int], elapsed: float) -> RolloutBatch:
         groups = sorted(groups, key=lambda g: (self.tags.index(g.tag), g.index))
         trajs = [t for g in groups for t in g.trajectories()]
-        metrics = episode_metrics(trajs, self.version)
-        metrics.update(counter_metrics(self.counters, self.failures_by_tag))
-        metrics.update(self.pool.metrics())
         failed = sum(v for k, v in self.counters.items() if k.startswith("failures/") and k != "failures/permanent")
         attempted = failed + self.counters["episodes_finished"]
-        metrics["rollout/episodes_failed"] = float(failed)
-        metrics["rollout/failed_episode_share"] = failed / attempted if attempted else 0.0
-        causes = self.failure_causes
-        self.counters = Counter()
-        self.failures_by_tag = Counter()
-        self.failure_causes = Counter()
-        tokens = sum(t.num_model_tokens for t in trajs)
-        episodes = len({t.episode_id for t in trajs})
-        metrics["timing/rollout/get_batch_s"] = elapsed
-        metrics["rollout/throughput/trajectories_per_s"] = episodes / max(elapsed, 1e-9)
-        metrics["rollout/throughput/tokens_per_s"] = tokens / max(elapsed, 1e-9)
-        metrics["rollout/groups"] = float(len(groups))
-        metrics["rollout/groups_requested"] = float(sum(demand.values()))
-        metrics["rollout/policy_version"] = float(self.version)
+        metrics = {**episode_metrics(trajs, self.version), **counter_metrics(self.counters, self.failures_by_tag),
+                   **self.pool.metrics(),
+                   "rollout/episodes_failed": float(failed),
+                   "rollout/failed_episode_share": failed / attempted if attempted else 0.0,
+                   "timing/rollout/get_batch_s": elapsed,
+                   "rollout/throughput/trajectories_per_s": len({t.episode_id for t in trajs}) / max(elapsed, 1e-9),
+                   "rollout/throughput/tokens_per_s": sum(t.num_model_tokens for t in trajs) / max(elapsed, 1e-9),
+                   "rollout/groups": float(len(groups)),
+                   "rollout/groups_requested": float(sum(demand.values())),
+                   "rollout/policy_version": float(self.version)}
+        causes = self.failure_causes  # since the previous batch: the counts start again
+        self.counters, self.failures_by_tag, self.failure_causes = Counter(), Counter(), Counter()
         batch = trajectories_to_batch(trajs, self.pad_token_id) if trajs else None
         if batch is not None:
             batch.meta["metrics"] = dict(metrics)
