@@ -15,6 +15,8 @@ What is checked (docs/config.md, section Pre-flight, is the user's copy of this 
 - rlvr / sft: data files exist and parse; every rlvr domain has a reward;
 - models, checkpoints and output paths exist or can be created;
 - role requirements of the algorithm (gae -> critic, KL -> reference) and its loss settings;
+- ``lora``: a backend with LoRA (torch_train, deepspeed; not the critic), peft installed,
+  ``target_modules`` naming linear modules of the model;
 - placement and batch arithmetic (:mod:`roll.distributed.resource_pool`), including the GPU
   memory fractions of colocated inference engines.
 
@@ -378,6 +380,30 @@ def _check_models(cfg: Any, problems: list[str], offline: bool | None) -> None:
             problems.append(f"{where}: {problem}")
 
 
+def _check_lora(cfg: Any, problems: list[str], offline: bool | None) -> None:
+    """``lora`` on a role: a backend that has it (not megatron), peft installed, and
+    ``target_modules`` that name linear modules of the role's model (read from its config on
+    the meta device, no weights)."""
+    from roll.models.lora import PEFT_INSTALL, model_linear_names, target_problems, validate_role
+
+    for role, wc in _roles(cfg).items():
+        lora = getattr(wc, "lora", None)
+        if lora is None:
+            continue
+        found = validate_role(lora, wc.strategy_args.strategy_name, role, critic=role == "critic")
+        problems.extend(found)
+        if found:
+            continue
+        if importlib.util.find_spec("peft") is None:
+            problems.append(f"{role}.lora: LoRA needs the 'peft' package, which is not installed ({PEFT_INSTALL})")
+            continue
+        path = wc.model_name_or_path or cfg.pretrain
+        if model_problem(path, offline) is None:
+            names = model_linear_names(path)
+            if names is not None:
+                problems.extend(f"{role}.lora.{p}" for p in target_problems(list(lora.target_modules), names))
+
+
 def dir_problem(path: str | os.PathLike) -> str | None:
     """Why a run could not create and write directory ``path``, or None. Creates nothing that
     stays: at most a temporary file in the nearest existing ancestor, removed at once."""
@@ -423,6 +449,7 @@ def preflight(cfg: Any, *, offline: bool | None = None) -> list[str]:
     elif cfg.pipeline == "sft":
         _check_sft_data(cfg, problems)
     _check_models(cfg, problems, offline)
+    _check_lora(cfg, problems, offline)
     _check_paths(cfg, problems)
     return list(dict.fromkeys(problems))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -202,3 +203,43 @@ def test_bad_settings_fail_clearly(tiny_model_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
     with pytest.raises(ImportError, match=r"lora needs the peft package.*pip install peft"):
         make(tiny_model_dir)
+
+
+RLVR = "configs/rlvr/multi_domain_cpu.yaml"
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["actor_train.lora={r: 4, target_modules: [q_prj, v_proj]}"],
+     "actor_train.lora.target_modules: 'q_prj' matches no linear module of the model (its linear modules: down_proj, "
+     "gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj)"),
+    (["actor_train.lora={r: 4}", "actor_train.strategy_args.strategy_name=megatron"],
+     "actor_train.lora: LoRA is not supported on the megatron strategy"),
+    (["actor_train.lora={r: 0}"], "actor_train.lora.r: must be >= 1, got 0"),
+])
+def test_preflight_rejects_bad_lora(overrides, expected, tmp_path):
+    from roll.config import ConfigError, load_config
+    from roll.config.preflight import preflight
+
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        cfg = load_config(repo / RLVR, [f"output_dir={tmp_path}", *overrides])
+    except ConfigError as e:  # numeric ranges are checked when the YAML is validated
+        problems = e.errors
+    else:
+        problems = preflight(cfg, offline=True)
+    assert any(expected in p for p in problems), problems
+
+
+def test_preflight_accepts_lora_and_names_missing_peft(tmp_path, monkeypatch):
+    import importlib.util
+
+    from roll.config import load_config
+    from roll.config.preflight import preflight
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / RLVR,
+                      [f"output_dir={tmp_path}", "actor_train.lora={r: 4, target_modules: [all-linear]}"])
+    assert cfg.actor_train.lora.r == 4 and not [p for p in preflight(cfg, offline=True) if "lora" in p]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    assert any("actor_train.lora: LoRA needs the 'peft' package" in p and "pip install peft" in p
+               for p in preflight(cfg, offline=True))
