@@ -164,11 +164,12 @@ class ToolExpertAgent:
     that computes the answer, ``{"name", "arguments"}``, e.g. roll/Arith-v0's calculator call)
     and ``expert_plan()``. The results of a tool turn reach the agent as
     ``info["tool_results"]`` (the ``tool`` messages' contents; pipelines/sft_data.py passes
-    them); a turn without them starts the computation. ``epsilon`` is the share of wrong
-    decisions, each a mistake a model makes: answering from its head without the tool (the
-    answer with one digit wrong), calling the tool with a digit of the expression wrong, or
-    copying the result with a digit wrong. A tool result that is an error is answered with
-    the expert's own answer.
+    them); a turn without them starts the computation. ``epsilon`` is the share of problems the
+    agent answers from its head instead, as a model that has not learnt when to use the tool
+    does: no call, and the answer off by one digit. The choice is one per problem, so the
+    demonstrations show no cue for it and a model trained on them calls the tool on about
+    ``1 - epsilon`` of the problems, greedy decoding included. A tool result that is an error is
+    answered with the expert's own answer.
     """
 
     def __init__(self, env: gym.Env, epsilon: float = 0.0, seed: int | None = None, think: bool = False):
@@ -189,26 +190,24 @@ class ToolExpertAgent:
     def act(self, observation: str, info: dict[str, Any]) -> str:
         u = self.env.unwrapped
         results = info.get("tool_results")
-        mistake = self.rng.random() < self.epsilon
-        self.last_source = "noise" if mistake else "expert"
         if results:
+            self.last_source = "expert"
             value = str(results[-1]).strip()
             if value.startswith("Error"):
                 plan = u.expert_plan()
                 value = plan[0] if plan else value
-            return self._answer(digit_typo(value, self.rng) if mistake else value, "The tool computed it.")
+            return self._answer(value, "The tool computed it.")
         call = u.expert_tool_call()
+        plan = u.expert_plan()
         if call is None:
-            plan = u.expert_plan()
+            self.last_source = "expert"
             return self._answer(plan[0] if plan else "", "Nothing to compute.")
-        if mistake and self.rng.random() < 0.5:
-            plan = u.expert_plan()
+        if self.rng.random() < self.epsilon:
+            self.last_source = "noise"
             return self._answer(digit_typo(plan[0], self.rng) if plan else "", "I compute it in my head.")
-        arguments = dict(call["arguments"])
-        if mistake:
-            arguments = {k: digit_typo(v, self.rng) if isinstance(v, str) else v for k, v in arguments.items()}
+        self.last_source = "expert"
         think = f"<think>I use the {call['name']} tool.</think>" if self.think else ""
-        return think + tool_call_text(call["name"], arguments)
+        return think + tool_call_text(call["name"], call["arguments"])
 
 
 def demo_agent(env: gym.Env, epsilon: float, seed: int | None = None, think: bool = False) -> Any:

@@ -51,7 +51,7 @@ class ScriptedPolicy:
         pass
 
 
-@pytest.mark.parametrize("seed, epsilon", [(3, 0.0), (11, 0.0), (4, 1.0), (9, 1.0)])
+@pytest.mark.parametrize("seed, epsilon", [(3, 0.0), (11, 0.0), (4, 1.0)])
 def test_demonstrations_are_the_rollouts_tokens(tok, seed, epsilon):
     """The SFT ids of a demonstration equal the trajectory the rollout loop builds when the
     model writes the same turns: SFT trains on exactly the prompts RL will show."""
