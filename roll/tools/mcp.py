@@ -178,6 +178,7 @@ class _Connection:
         self.alive = False
         self.stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
         self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         read_fd, self._write_fd = os.pipe()
         # the server writes its stderr into a pipe we read line by line: its tail explains a
@@ -212,6 +213,7 @@ class _Connection:
         mcp = _sdk()
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         self._task = asyncio.ensure_future(self._own(mcp, ready))
         try:
             return await asyncio.wait_for(asyncio.shield(ready), startup_timeout_s)
@@ -233,7 +235,10 @@ class _Connection:
                     await self._stop.wait()
         except BaseException as e:
             if not ready.done():
-                ready.set_exception(e if isinstance(e, Exception) else MCPServerError("the server start was cancelled"))
+                if isinstance(e, Exception):
+                    ready.set_exception(e)
+                else:  # cancelled by open()'s own timeout, which reports it
+                    ready.cancel()
             elif not isinstance(e, asyncio.CancelledError):
                 logger.warning("MCP server `%s` session ended with %s: %s", self.name, type(e).__name__, e)
             if isinstance(e, asyncio.CancelledError):
@@ -244,14 +249,18 @@ class _Connection:
                 self._errlog.close()
 
     def stop_soon(self) -> None:
-        """Begin stopping the server (on the loop); calls see it as dead from now on."""
+        """Begin stopping the server (from any thread); calls see it as dead from now on."""
         self.alive = False
-        if self._stop is not None:
-            self._stop.set()
+        if self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
 
     async def aclose(self) -> None:
         self.stop_soon()
         if self._task is not None and not self._task.done():
+            if self.session is None:
+                # still starting (waiting on initialize or tools/list), where the stop event is
+                # not looked at: cancel; the SDK's process shutdown runs shielded all the same
+                self._task.cancel()
             # the SDK's shutdown: close stdin, wait 2 s, terminate the group, wait 2 s, kill
             done, _ = await asyncio.wait({self._task}, timeout=10.0)
             if not done:
@@ -395,7 +404,7 @@ class MCPToolSource:
     async def _call(self, conn: _Connection, name: str, arguments: dict[str, Any], display_name: str) -> str:
         try:
             result = await asyncio.wait_for(conn.session.call_tool(name, arguments), self.timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # noqa: UP041  (not the builtin TimeoutError before Python 3.11)
             if not await self._answers_ping(conn):
                 logger.warning("MCP server `%s` did not answer a ping after %s timed out; it restarts on the next call",
                                self.command_line, name)

@@ -39,12 +39,12 @@ def call(name, **arguments):
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-def server_pids() -> set[int]:
+def server_pids(marker: str = SERVER) -> set[int]:
     """Test servers started by this process that are still running (zombies count: not reaped)."""
     pids = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            if any(SERVER in part for part in child.cmdline()):
+            if any(marker in part for part in child.cmdline()):
                 pids.add(child.pid)
         except psutil.NoSuchProcess:
             pass
@@ -159,6 +159,12 @@ def test_start_failures_are_clear_errors_and_leave_nothing():
     before = server_pids()
     with pytest.raises(ToolConfigError, match=r"could not start: MCPError: Connection closed; its stderr ends: mcp_server: refusing to start"):
         MCPToolSource(sys.executable, [SERVER, "--crash-on-start"])
+    # a server that never answers `initialize`: stopped after startup_timeout_s
+    silent = "import time; time.sleep(60)  # silent-mcp-server"
+    t0 = time.monotonic()
+    with pytest.raises(ToolConfigError, match=r"silent-mcp-server'` could not start: it did not finish starting \(initialize and tools/list\) within 1s"):
+        MCPToolSource(sys.executable, ["-c", silent], startup_timeout_s=1.0)
+    assert time.monotonic() - t0 < 15.0 and server_pids("silent-mcp-server") == set()
     with pytest.raises(ToolConfigError, match="'no-such-mcp-server' is not an executable on PATH"):
         ToolExecutor([{"id": "mcp", "command": "no-such-mcp-server"}])
     with pytest.raises(ToolConfigError, match=r"has no tool\(s\) 'subtract' \(it offers: add, echo, fail, nap, freeze"):
