@@ -1,7 +1,8 @@
 """Rollout scheduling on a long-tail agentic workload: lockstep vs per-sample vs async.
 
-    python bench/rollout.py            # full run, rewrites the "## Rollout" section of docs/benchmarks.md
-    python bench/rollout.py --quick    # same comparison, small (< 60 s)
+    python bench/rollout.py                 # full run, rewrites the "## Rollout" section of docs/benchmarks.md
+    python bench/rollout.py --quick         # same comparison, small (< 60 s per engine plus vLLM's start)
+    python bench/rollout.py --engine vllm   # one engine only (cost, hf, vllm); prints, no docs
 
 Workload: episodes with heavy-tailed turns (1 + Pareto, capped) and heavy-tailed tokens per
 turn (log-normal, capped), drawn deterministically from the env seed and the request's
@@ -17,12 +18,16 @@ Engines: (a) a cost-model engine: ``slots`` decode slots, each decode step takes
 and yields one token for every active request (continuous batching), so results scale to any
 cluster size by choosing slots and step time; (b) the real HF strategy on the tiny model, with
 each request's max_new_tokens clamped to the drawn length (the random-weight model rarely
-stops by itself).
+stops by itself); (c) vLLM's CPU build through ``VLLMStrategy`` (real continuous batching,
+``max_num_seqs`` slots), lengths clamped the same way, EOS ignored.
 
 Lower bound of one batch (cost model): max(total decode tokens / slots x step time, the
 longest episode's own chain: its tokens x step time + its env time). ``bound_ratio`` is the
 per-sample batch wall time over that bound; ``speedup`` is lockstep over per-sample rollout
 time; ``speedup_async`` is lockstep over async-1 per pipeline step (rollout + training).
+For vLLM the step time is not a constant: its batch-size -> decode-step latency curve is
+measured first and fitted as ``a + c * b``, and the bound uses that line (``engine_lower_bound``).
+RESULT ``real_engine_speedup`` is vLLM's lockstep over per-sample rollout time.
 """
 from __future__ import annotations
 
