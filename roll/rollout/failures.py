@@ -9,16 +9,12 @@ with one message that names the env (or reward domain), the exception and the lo
   consecutive attempts of an episode slot: the retry reproduced it, so the next one would too.
 
 Everything else (timeouts, dead workers, inference errors, an exception that did not repeat) is
-*transient*: the episode is retried with the same env seed and counted, as before.
-
-Each training step is then checked (:func:`check_step`): a step with no trainable sample stops
-the run, and so does one where more than ``rollout.max_failed_share`` of its episodes (agentic)
-or responses (RLVR) failed.
+*transient*: the episode is retried with the same env seed and counted. Each training step is
+then checked against ``rollout.max_failed_share`` (:func:`check_step`).
 
 Tracebacks (file and line of the env or reward code) go to a text log in the run directory
-(``env_errors.log``, ``reward_errors.log``), written by the driver from the traceback text the
-worker returns: one line per failure, and the full traceback the first time each distinct error
-is seen.
+(``env_errors.log``, ``reward_errors.log``; :class:`ErrorLog`), written by the driver from the
+traceback text the worker returns.
 """
 from __future__ import annotations
 

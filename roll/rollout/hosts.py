@@ -2,14 +2,11 @@
 restart.
 
 A host is a Ray actor handle of :class:`roll.workers.environment.EnvironmentWorker` (or the
-worker object itself, in-process). The scheduler asks the pool for the least-loaded serving
-host, sends its calls through it, and broadcasts settings (max staleness, policy version,
-suspend/resume) with it. The pool remembers the settings every host must hold, so that a host
-whose process crashed and was restarted by Ray (env workers are created with
-``max_restarts``) is brought back: the settings are replayed on the new process and the host
-serves again, counted in ``restarts``. Episodes that were running on it fail as
-``worker_died`` (transient: the scheduler retries them). A host that does not come back within
-``recover_timeout_s`` is given up; when none is left the run stops with a clear error.
+worker object itself, in-process; both expose the same coroutine methods). The settings
+broadcast to every host (max staleness, policy version, suspend/resume) are remembered and
+replayed on a host whose process Ray restarted, which then serves again (``restarts``);
+episodes that were running on it fail as ``worker_died`` (transient: retried). A host that
+does not come back within ``recover_timeout_s`` is given up; when none is left the run stops.
 """
 from __future__ import annotations
 

@@ -6,8 +6,7 @@
   same worker, so its prefix cache holds the growing conversation; ``release(episode_id)``
   forgets the binding when the episode ends;
 - a bound of ``max_inflight_per_worker`` outstanding requests per worker; more wait in the
-  router rather than piling up inside an engine.
-
+  router rather than piling up inside an engine;
 - an inference worker that died (Ray restarts it) or is not serving yet (restarted, waiting for
   setup and the current weights: ``WorkerUnavailableError``) does not fail the episode: the
   request is sent again, to another worker or to the same one once it serves, for up to
