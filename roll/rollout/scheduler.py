@@ -14,9 +14,6 @@ background between calls)::
         await sched.set_policy_version(step + 1)
         await sched.resume()                               # suspended turns continue under new weights
 
-``hosts`` are :class:`roll.workers.environment.EnvironmentWorker` objects (in-process) or
-their Ray actor handles; both expose the same coroutine methods.
-
 Modes (``RolloutConfig.mode``):
 - ``sync``: lockstep baseline. Every episode of the batch advances turn by turn together
   (all generate, then all step), as simple frameworks do.
@@ -151,16 +148,17 @@ class RolloutScheduler:
         ``get_batch_timeout_s``; step mode returns one sample per turn of those episodes."""
         await self._setup()
         t0 = time.monotonic()
-        deadline = t0 + self.rcfg.get_batch_timeout_s
         demand = self._split_groups(n)
         if self.validation:
             self._next_group = Counter()  # the same seeds every validation round
         self._losses = 0
-        if self.mode == "sync":
-            groups = await self._lockstep_batch(demand, deadline)
-        else:
-            groups = await self._per_sample_batch(demand, deadline)
-        return self._assemble(groups, demand, time.monotonic() - t0)
+        # both modes fill ``taken`` per tag up to the demand (less when refills run out)
+        taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
+        produce = self._lockstep_batch if self.mode == "sync" else self._per_sample_batch
+        await produce(demand, taken, t0 + self.rcfg.get_batch_timeout_s)
+        if any(len(taken[t]) < demand[t] for t in self.tags):
+            self.counters["short_batch"] += 1
+        return self._assemble([g for t in self.tags for g in taken[t]], demand, time.monotonic() - t0)
 
     async def prepare(self, n: int) -> None:
         """Pre-create the envs a batch of ``n`` episodes (plus redundancy and ahead work) needs,
@@ -387,11 +385,8 @@ class RolloutScheduler:
         return out
 
     # ================================================================ async (per-sample)
-    async def _per_sample_batch(self, demand: dict[str, int], deadline: float) -> list[EpisodeGroup]:
-        self._demand = dict(demand)
-        for tag, k in demand.items():
-            self._ahead[tag] = math.ceil(self.ratio * k)
-        taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
+    async def _per_sample_batch(self, demand: dict[str, int], taken: dict[str, list[EpisodeGroup]], deadline: float) -> None:
+        self._ahead = {t: math.ceil(self.ratio * k) for t, k in demand.items()}
         try:
             while True:
                 self._raise_recorded_error()
@@ -401,11 +396,9 @@ class RolloutScheduler:
                 if all(len(taken[t]) >= demand[t] for t in self.tags):
                     break
                 self._fill()
-                lacking = [t for t in self.tags if len(taken[t]) < demand[t]]
-                if all(self._open_groups(t) == 0 and not self._ready[t] for t in lacking):
+                if all(self._open_groups(t) == 0 and not self._ready[t] for t in self.tags if len(taken[t]) < demand[t]):
                     if self._suspended:
                         raise RuntimeError("get_batch called while the scheduler is suspended; call resume() first")
-                    self.counters["short_batch"] += 1
                     logger.error("group refills exhausted (%d losses): returning a short batch", self._losses)
                     break
                 self._changed.clear()
@@ -426,7 +419,6 @@ class RolloutScheduler:
                 self._ready[tag].clear()
         else:
             self._fill()  # keep producing ahead while the pipeline trains
-        return [g for t in self.tags for g in taken[t]]
 
     def _timeout_message(self, demand: dict[str, int], taken: dict[str, list]) -> str:
         have = {t: len(taken[t]) for t in self.tags}
@@ -434,8 +426,7 @@ class RolloutScheduler:
                 f"failures so far {dict(self.counters)}")
 
     # ================================================================ sync (lockstep)
-    async def _lockstep_batch(self, demand: dict[str, int], deadline: float) -> list[EpisodeGroup]:
-        taken: dict[str, list[EpisodeGroup]] = {t: [] for t in self.tags}
+    async def _lockstep_batch(self, demand: dict[str, int], taken: dict[str, list[EpisodeGroup]], deadline: float) -> None:
         while True:
             for tag in self.tags:  # the demand at first, then lost groups within the refill budget
                 if self._losses <= self.mcfg.max_group_refills:
@@ -454,9 +445,6 @@ class RolloutScheduler:
                 if self._error is not None:
                     break
             self._raise_recorded_error()
-        if any(len(taken[t]) < demand[t] for t in self.tags):
-            self.counters["short_batch"] += 1
-        return [g for t in self.tags for g in taken[t]]
 
     async def _lockstep_round(self, items: list[tuple[EpisodeGroup, int]]) -> list[tuple[EpisodeGroup, int, EpisodeSpec, list[Trajectory]]]:
         """All episodes advance together: reset all, then (generate all, step all) per turn."""
