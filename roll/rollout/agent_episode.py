@@ -165,11 +165,12 @@ class AgentEpisode:
                              "valid": True, "error": ""} for r in records]
             ids = seg.ids + seg.open_tail  # the last assistant turn closed as the template writes it
             n_tail = len(seg.open_tail)
+            mask = seg.mask + [0] * n_tail
             out.append(Trajectory(
-                input_ids=ids, loss_mask=seg.mask + [0] * n_tail, logprobs=seg.logprobs + [0.0] * n_tail,
+                input_ids=ids, loss_mask=mask, logprobs=seg.logprobs + [0.0] * n_tail,
                 token_turns=seg.turns + [-1] * n_tail, token_versions=seg.versions + [-1] * n_tail,
                 turn_versions=list(seg.turn_versions), turn_rewards=[0.0] * seg.num_turns,
-                prompt_length=seg.mask.index(1), messages=list(seg.messages),
+                prompt_length=mask.index(1) if 1 in mask else len(mask), messages=list(seg.messages),
                 metrics={**metrics, **counts, "response_tokens": float(sum(seg.mask))},
                 **{**common, "num_turns": seg.num_turns, "turn_actions": turn_actions}))
         return out

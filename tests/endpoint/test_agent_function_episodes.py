@@ -122,3 +122,15 @@ def test_a_broken_contract_is_a_permanent_env_error(tok, function, detail):
 def test_step_mode_is_refused(tok):
     [traj] = run_agent_episode(tok, ScriptedPolicy(tok, ["hi"]), "three_turns", mode="step")
     assert traj.failure == "env_error" and traj.failure_permanent and "mode 'trajectory'" in traj.failure_detail
+
+
+def test_an_empty_reply_is_a_turn_without_model_tokens(tok):
+    class Silent(ScriptedPolicy):
+        async def generate(self, request):
+            self.requests.append(request)
+            return type(await super().generate(request))(request.request_id, [], [], "stop", 0)
+
+    [traj] = run_agent_episode(tok, Silent(tok, ["unused"]), "three_turns")
+    assert traj.failure is None and traj.num_turns == 3 and traj.num_model_tokens == 0
+    assert traj.prompt_length == len(traj.input_ids)
+    assert trajectories_to_batch([traj], tok.pad_token_id)["scores"].tolist() == [pytest.approx(0.7)]
