@@ -94,8 +94,7 @@ class HostPool:
         restarted host gets the latest value too. ``tolerate``: ignore non-death errors (shutdown)."""
         if remember is not None:
             self._settings[remember] = (method, args)
-        results = await asyncio.gather(*(self.call(i, method, *args) for i in self.live()), return_exceptions=True)
-        for r in results:
+        for r in await asyncio.gather(*(self.call(i, method, *args) for i in self.live()), return_exceptions=True):
             if isinstance(r, BaseException) and not tolerate:
                 raise r
 

@@ -33,19 +33,17 @@ def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, f
         out[p + "success"] = _mean([float(t.success) for t in ts])
         out[p + "return"] = _mean([t.episode_return for t in ts])
         out[p + "num_turns"] = _mean([float(t.num_turns) for t in ts])
-        out[p + "invalid_action_rate"] = _mean([t.metrics.get("invalid_action_rate", 0.0) for t in ts])
-        out[p + "effective_action_rate"] = _mean([t.metrics.get("effective_action_rate", 0.0) for t in ts])
         out[p + "truncated"] = _mean([float(t.truncated) for t in ts])
         out[p + "episodes"] = float(len(ts))
-        # tool envs (docs/tools.md): calls, errors and turns per episode, by tool and error kind;
-        # agent functions: requests, segments, refused requests and the function's info numbers
-        for key in sorted({k for t in ts for k in t.metrics if k.startswith(("tool/", "agent/"))}):
+        # the action rates; tool envs (docs/tools.md): calls, errors and turns per episode, by tool and
+        # error kind; agent functions: requests, segments, refused requests and the function's info numbers
+        extra = sorted({k for t in ts for k in t.metrics if k.startswith(("tool/", "agent/"))})
+        for key in ["invalid_action_rate", "effective_action_rate", *extra]:
             out[p + key] = _mean([t.metrics.get(key, 0.0) for t in ts])
     if every:
         gen = sum(t.metrics.get("time/generate_s", 0.0) for t in every)
         env = sum(t.metrics.get("time/env_s", 0.0) for t in every)
-        total = sum(t.metrics.get("time/total_s", 0.0) for t in every)
-        total = max(total, gen + env, 1e-9)
+        total = max(sum(t.metrics.get("time/total_s", 0.0) for t in every), gen + env, 1e-9)
         out["timing/rollout/generate_share"] = gen / total
         out["timing/rollout/env_share"] = env / total
         out["timing/rollout/wait_share"] = max(0.0, 1.0 - (gen + env) / total)
