@@ -80,10 +80,7 @@ class ThreadRunner:
         self.broken = False
 
     def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
+        while (item := self._queue.get()) is not None:
             fn, args, loop, fut = item
             try:
                 outcome = (True, fn(*args))

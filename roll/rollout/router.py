@@ -216,9 +216,9 @@ class Router:
                 by_worker.setdefault(self._where[rid], []).append(rid)
             elif rid in self._where:
                 self._aborted_waiting.add(rid)
-        results = await asyncio.gather(*(call_host(self._slots[i].worker, "abort", ids) for i, ids in by_worker.items()),
-                                       return_exceptions=True)
-        for r in results:  # a dead worker has nothing left to abort; anything else is a bug
+        # a dead worker has nothing left to abort; anything else is a bug
+        for r in await asyncio.gather(*(call_host(self._slots[i].worker, "abort", ids) for i, ids in by_worker.items()),
+                                      return_exceptions=True):
             if isinstance(r, BaseException) and not is_unavailable(r):
                 raise r
 
@@ -231,8 +231,6 @@ class Router:
         return self._slots[idx]
 
     def stats(self) -> dict[str, float]:
-        out = {"rollout/router/max_inflight": float(self.max_inflight_seen),
-               "rollout/router/unavailable_retries": float(self.unavailable_retries)}
-        for i, s in enumerate(self._slots):
-            out[f"rollout/router/worker{i}/served"] = float(s.served)
-        return out
+        return {"rollout/router/max_inflight": float(self.max_inflight_seen),
+                "rollout/router/unavailable_retries": float(self.unavailable_retries),
+                **{f"rollout/router/worker{i}/served": float(s.served) for i, s in enumerate(self._slots)}}
