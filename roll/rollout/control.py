@@ -17,9 +17,7 @@ class RolloutControl:
     - ``max_staleness``: an episode whose oldest turn is older than ``version - max_staleness``
       stops (failure ``stale``) instead of producing a sample that would be dropped;
     - the gate: closed by ``suspend``; requests wait on it, so nothing is generated while
-      weights change;
-    - ``on_weight_update``: partial (abort in-flight requests, keep partial tokens and resume),
-      discard (abort and restart episodes), wait (let in-flight requests finish).
+      weights change; in-flight requests per ``on_weight_update`` (roll/rollout/scheduler.py).
     """
 
     def __init__(self, version: int = 0, max_staleness: int | None = None, on_weight_update: str = "partial"):

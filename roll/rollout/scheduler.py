@@ -60,7 +60,6 @@ from roll.utils.logging import get_logger
 logger = get_logger(__name__)
 
 
-
 @dataclass
 class RolloutBatch:
     """What get_batch returns."""
