@@ -133,10 +133,11 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
              "4-digit number, or a sum of three 3-4 digit numbers; reward 1 for the exact whole number) with",
              f"the calculator through roll/Tools-v0; the {model} model. The chain: `baseline` (the untrained",
              f"model), `demos` ({demos['episodes']} expert episodes: call the calculator with the problem's",
-             f"expression, then answer its result; each of the two decisions a mistake with probability",
-             f"{demos['epsilon']}: an answer from the head, a digit wrong in the call or in the copied result),",
-             f"`sft` ({sft['max_steps']} steps), `grpo` ({grpo['max_steps']} steps of {grpo['rollout_batch_size']} "
-             f"episodes, groups of {grpo['train_env_manager']['group_size']}).",
+             f"expression, then answer its result; a share {demos['epsilon']} of the problems answered from the",
+             "head instead, one digit off, with no cue for which),",
+             f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} conversations), `grpo` "
+             f"({grpo['max_steps']} steps of {grpo['rollout_batch_size']} episodes, groups of "
+             f"{grpo['train_env_manager']['group_size']}).",
              f"Held-out success on {n} problems never trained on (env seeds seed+100000 on), greedy and",
              f"sampled at temperature 1.0; ± is the standard error of one rate over {n} episodes (at most",
              f"{50 / math.sqrt(n):.1f} points). Gain = RL end - SFT start (the grpo stage's step-0 validation),",
@@ -197,6 +198,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "--note" in given:  # the note is in the section already
         i = given.index("--note")
         del given[i:i + 2]
+    if "--reuse" in given:  # the same runs, read back
+        given.remove("--reuse")
     invocation = shlex.join(["python", "bench/tool_task.py", *given])
     text = section_text(runs, invocation, result, args.note)
     if args.quick:
