@@ -113,7 +113,11 @@ class AgentEpisode:
             max_new_tokens=gen.max_new_tokens, max_context_tokens=m.mcfg.max_context_tokens,
             stop_strings=list(gen.stop_strings), sample_seed=m.spec.sample_seed, model_name=self.model_name,
             tool_parser=self.tool_parser, max_requests=self.max_requests)
-        endpoint = await acquire_endpoint()
+        try:
+            endpoint = await acquire_endpoint()
+        except Exception as e:  # e.g. no free port: this episode fails, counted and retried
+            return m._fail(EpisodeFailure("env_error", f"the chat endpoint could not start: {type(e).__name__}: {e}",
+                                          traceback="".join(traceback.format_exception(e))))
         url = endpoint.open(session)
         error: EpisodeFailure | None = None
         value: Any = None

@@ -266,10 +266,11 @@ class EpisodeSession:
                 continue  # the template rewrites history here (e.g. drops reasoning): a new segment
             seg.busy = True
             return i, seg.ids + seg.open_tail + self.renderer.encode(after[len(before):])
+        prompt = self.renderer.encode(self._render(messages, True, tools))
         if self.segments:
             self.counts["new_segments"] += 1
         self.segments.append(Segment(busy=True, tools_key=key))
-        return len(self.segments) - 1, self.renderer.encode(self._render(messages, True, tools))
+        return len(self.segments) - 1, prompt
 
     def _render(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None) -> str:
         try:
