@@ -68,13 +68,10 @@ class EpisodeVerdict:
 
 def classify_episode(failure: str | None, permanent: bool, signature: FailureSignature | None,
                      previous: FailureSignature | None, failures_so_far: int, max_retries: int) -> str:
-    """The one place both scheduling modes (lockstep and per-sample) classify an episode.
-
-    ``failure`` is the trajectory's failure type (None for a usable episode); ``permanent`` is
-    the worker's own verdict (creation error, contract violation); ``signature`` is this
-    failure's, ``previous`` the last one of the same slot (same env seed), and
-    ``failures_so_far`` counts this slot's infrastructure failures including this one.
-    """
+    """A slot's verdict, asked by :meth:`EpisodeGroup.record`. ``failure``: the trajectory's failure
+    type (None for a usable episode); ``permanent``: the worker's own verdict (creation error,
+    contract violation); ``signature``: this failure's, ``previous``: the slot's last one (same env
+    seed); ``failures_so_far``: the slot's infrastructure failures, this one included."""
     if failure is None:
         return EpisodeVerdict.DONE
     if failure == "cancelled":

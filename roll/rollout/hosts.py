@@ -27,10 +27,9 @@ def actor_died(e: BaseException) -> bool:
 
 
 async def call_host(host: Any, method: str, *args: Any) -> Any:
+    """``host.method(*args)`` through ``.remote`` on a Ray actor handle, directly in-process."""
     fn = getattr(host, method)
-    if hasattr(fn, "remote"):
-        return await fn.remote(*args)
-    return await fn(*args)
+    return await (fn.remote(*args) if hasattr(fn, "remote") else fn(*args))
 
 
 class HostPool:
@@ -98,12 +97,12 @@ class HostPool:
             if isinstance(r, BaseException) and not tolerate:
                 raise r
 
-    def on_death(self, i: int, error: BaseException | None = None) -> None:
+    def on_death(self, i: int, error: BaseException) -> None:
         if not self.serving(i):
             return
         self.deaths += 1
         self.epoch[i] += 1
-        logger.error("%s environment worker %d died (%s); waiting for its restart", self.name, i, type(error).__name__ if error else "")
+        logger.error("%s environment worker %d died (%s); waiting for its restart", self.name, i, type(error).__name__)
         if not hasattr(getattr(self.hosts[i], "ping", None), "remote"):
             self._give_up(i, "not a Ray actor")  # in-process hosts do not restart
         elif 0 <= self.max_restarts < self.epoch[i]:

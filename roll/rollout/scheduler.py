@@ -309,13 +309,13 @@ class RolloutScheduler:
         if answer in EpisodeVerdict.LOST or answer == EpisodeVerdict.READY:
             self._groups.pop(group.group_id, None)
         if answer == EpisodeVerdict.PERMANENT and self._error is None:
-            self._error = self._permanent_error(spec, failed, repeated=not failed.failure_permanent)
+            self._error = self._permanent_error(spec, failed)
         return answer
 
-    def _permanent_error(self, spec: EpisodeSpec, failed: Trajectory, repeated: bool) -> RunFailedError:
+    def _permanent_error(self, spec: EpisodeSpec, failed: Trajectory) -> RunFailedError:
         env_id = self.env_configs[spec.tag].env_id
-        why = (f" (the same error at turn {failed.num_turns + 1} twice from env seed {spec.env_seed})"
-               if repeated else "")
+        why = ("" if failed.failure_permanent  # else the same error twice: permanent by repetition
+               else f" (the same error at turn {failed.num_turns + 1} twice from env seed {spec.env_seed})")
         where = f"; traceback in {self.error_log}" if self.error_log is not None and failed.failure_traceback else ""
         if self.error_log is None and failed.failure_traceback:
             logger.error("env tag %s (%s) failed permanently:\n%s", spec.tag, env_id, failed.failure_traceback)

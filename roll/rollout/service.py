@@ -76,12 +76,11 @@ class ThreadedScheduler:
 
     def __init__(self, make_scheduler: Callable[[], RolloutScheduler]):
         self._loop = LoopThread("rollout-loop")
-        # asyncio objects of the scheduler belong to the loop that uses them
-        self.scheduler: RolloutScheduler = self._loop.run(self._make(make_scheduler))
 
-    @staticmethod
-    async def _make(make_scheduler: Callable[[], RolloutScheduler]) -> RolloutScheduler:
-        return make_scheduler()
+        async def make() -> RolloutScheduler:  # asyncio objects of the scheduler belong to the loop that uses them
+            return make_scheduler()
+
+        self.scheduler: RolloutScheduler = self._loop.run(make())
 
     def get_batch(self, n: int, on_wait: Callable[[], None] | None = None) -> RolloutBatch:
         """A batch of ``n`` episodes; ``on_wait()`` runs on the calling thread every 5 s while it
