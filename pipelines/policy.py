@@ -12,6 +12,7 @@ No algorithm maths lives here: advantages come from `roll.algorithms.compute_adv
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
@@ -102,6 +103,18 @@ def batch_advantages(batch: Batch, alg: Any, kl_ctl: Any) -> dict[str, float]:
     return metrics
 
 
+def build_concurrently(builders: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Run each builder in its own thread; their results by name. The first failure is raised
+    after every builder has finished (a cluster built meanwhile is already registered with the
+    pipeline, which shuts it down)."""
+    if len(builders) == 1:
+        return {name: fn() for name, fn in builders.items()}
+    with concurrent.futures.ThreadPoolExecutor(len(builders), thread_name_prefix="build-role") as ex:
+        futures = {name: ex.submit(fn) for name, fn in builders.items()}
+        concurrent.futures.wait(futures.values())
+    return {name: f.result() for name, f in futures.items()}
+
+
 def _state_lost(cluster: Any) -> None:
     """A trainer group Ray restarted has lost its weights and optimizer state: stop the run (a
     resume from the last checkpoint continues it) rather than train on from the pretrained model."""
@@ -120,13 +133,23 @@ class PolicyTrainer:
         self.kl_ctl = build_kl_controller(alg)
         self.actor_loss_fn = make_actor_loss_fn(alg)
         self.critic_loss_fn = make_critic_loss_fn(alg) if cfg.critic is not None else None
-        steps = optimizer_steps_per_step(cfg)
-        self.actor_train = make_cluster("actor_train", ActorWorker, cfg.actor_train,
-                                        num_training_steps=steps["actor"] * cfg.max_steps)
-        self.actor_infer = make_cluster("actor_infer", InferenceWorker, cfg.actor_infer)
-        self.reference = make_cluster("reference", ReferenceWorker, cfg.reference) if cfg.reference is not None else None
-        self.critic = (make_cluster("critic", CriticWorker, cfg.critic, num_training_steps=steps["critic"] * cfg.max_steps)
-                       if cfg.critic is not None else None)
+        plan = make_plan(cfg)
+        steps = optimizer_steps_per_step(cfg, plan)
+        # Start-up is spent in the worker processes (imports, model load, strategy setup) while
+        # the driver waits: on CPU the roles are built at once, not one after another. On GPUs
+        # one after another: an inference engine sizes its cache from the memory free when it
+        # starts, which a colocated trainer loading at the same time would change under it.
+        build = {"actor_train": lambda: make_cluster("actor_train", ActorWorker, cfg.actor_train,
+                                                     num_training_steps=steps["actor"] * cfg.max_steps),
+                 "actor_infer": lambda: make_cluster("actor_infer", InferenceWorker, cfg.actor_infer)}
+        if cfg.reference is not None:
+            build["reference"] = lambda: make_cluster("reference", ReferenceWorker, cfg.reference)
+        if cfg.critic is not None:
+            build["critic"] = lambda: make_cluster("critic", CriticWorker, cfg.critic,
+                                                   num_training_steps=steps["critic"] * cfg.max_steps)
+        built = build_concurrently(build) if plan.device != "gpu" else {name: fn() for name, fn in build.items()}
+        self.actor_train, self.actor_infer = built["actor_train"], built["actor_infer"]
+        self.reference, self.critic = built.get("reference"), built.get("critic")
         for cluster in (self.actor_train, self.critic):
             if cluster is not None:  # a restarted trainer holds pretrained weights: never train on from them
                 cluster.on_restart = _state_lost

@@ -156,6 +156,11 @@ class RewardWorker(Worker):
             self.fields["judge"] = JudgeClient.from_workers(
                 self.judge_workers, tok, max_new_tokens=int(self.fields.get("max_new_tokens", 32)), seed=self.seed)
 
+    def _device(self) -> str:
+        # reward workers are planned without devices; Worker._device would import torch (about
+        # 150 MB and seconds of start-up per process) only to say "cpu"
+        return "cpu"
+
     async def ping(self) -> dict[str, Any]:
         return Worker.ping(self)
 
