@@ -28,3 +28,18 @@ def read_metrics(output_dir: Path) -> dict[int, dict[str, float]]:
             row = json.loads(line)
             rows.setdefault(int(row["step"]), {}).update(row)
     return rows
+
+
+# A deterministic Sokoban run with a checkpoint after every step, no validation (and so no
+# validation env workers to start). An entropy bonus keeps the weights moving even when every
+# episode scores the same, so comparisons of resumed runs are sensitive to the restored weights,
+# optimizer and seed streams. tests/integration/conftest.py runs it once for the session.
+RESUMABLE = ["run", "configs/agentic/sokoban_cpu.yaml", "max_steps=3", "save_steps=1", "eval_steps=0",
+             "val_env_manager=null", "deterministic=true", "algorithm.entropy_coef=0.05", "show_progress=false",
+             "tracking.track_with=[jsonl]"]
+
+# The default console of a short Sokoban run with validation at steps 0 and 2 (small batches,
+# short answers: the console and the run's files are what is checked, not learning).
+CONSOLE_SMALL = ["max_steps=2", "save_steps=0", "rollout_batch_size=4", "val_batch_size=4",
+                 "actor_train.training_args.gradient_accumulation_steps=1",
+                 "actor_infer.generating_args.max_new_tokens=8", "show_progress=true"]

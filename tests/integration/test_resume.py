@@ -1,6 +1,7 @@
 """Resume: a deterministic run SIGKILLed after its step-1 checkpoint and resumed reaches the
-same step 2 and 3 metrics as an uninterrupted run. (A kill *during* a checkpoint write is
-covered by tests/test_checkpoint.py on the same CheckpointManager the pipelines use.)"""
+same step 2 and 3 metrics as an uninterrupted run (the session's ``resumable_run``, see
+tests/integration/conftest.py). (A kill *during* a checkpoint write is covered by
+tests/test_checkpoint.py on the same CheckpointManager the pipelines use.)"""
 from __future__ import annotations
 
 import os
@@ -13,23 +14,16 @@ import pytest
 
 from roll.utils.checkpoint import COMPLETE_MARKER
 
-from .helpers import REPO, cli_env, read_metrics, run_cli
+from .helpers import REPO, RESUMABLE as ARGS, cli_env, read_metrics, run_cli
 
 pytestmark = pytest.mark.integration
 
-# An entropy bonus keeps the weights moving even when every episode scores the same, so the
-# comparison below is sensitive to the restored weights, optimizer and seed streams.
-ARGS = ["run", "configs/agentic/sokoban_cpu.yaml", "max_steps=3", "save_steps=1", "eval_steps=0",
-        "deterministic=true", "algorithm.entropy_coef=0.05", "show_progress=false", "tracking.track_with=[jsonl]"]
 COMPARED = ("actor/loss", "actor/grad_norm", "actor/entropy", "env/SimpleSokoban/return",
             "rollout/response_tokens/mean", "reward/score_mean")
 
 
-def test_sigkill_after_checkpoint_then_resume_matches(tmp_path):
-    ref = tmp_path / "reference"
-    proc = run_cli(ARGS + [f"output_dir={ref}"], timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    expected = read_metrics(ref)
+def test_sigkill_after_checkpoint_then_resume_matches(tmp_path, resumable_run):
+    expected = read_metrics(resumable_run)  # the same ARGS, uninterrupted
 
     out = tmp_path / "killed"
     killed = subprocess.Popen([sys.executable, "-m", "roll", *ARGS, f"output_dir={out}"], cwd=REPO, env=cli_env(),
