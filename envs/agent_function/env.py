@@ -9,7 +9,8 @@ The env itself only picks the task (``reset``: the seed chooses one of ``tasks``
 function when the env manager asks (``run_agent``, on the env's own thread); the rollout loop
 finds ``run_agent`` and ``agent_options`` through ``get_wrapper_attr`` and does the rest
 (roll/rollout/agent_episode.py). ``step`` is never called in a rollout: as a plain gymnasium
-env (the env checker, ``roll play``) a step ends the episode as an invalid action with reward 0.
+env (``roll envs check``, ``roll envs play``) a step ends the episode as an invalid action
+with reward 0.
 """
 from __future__ import annotations
 

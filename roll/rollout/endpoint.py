@@ -185,10 +185,7 @@ class EpisodeSession:
         if calls:
             finish = "tool_calls"
         # the segment grows only once the reply exists, so a failed request leaves no trace
-        if not segment.ids:
-            segment.append(prompt, model=False)
-        else:
-            segment.append(prompt[len(segment.ids):], model=False)
+        segment.append(prompt[len(segment.ids):], model=False)  # all of it for a new segment
         segment.append(out, model=True, logprobs=lps, versions=vers)
         segment.turn_versions.append(min(vers, default=self.control.version))
         segment.open_tail = self.renderer.close_assistant(out)
