@@ -128,9 +128,12 @@ def run_summary(rows: list[dict[str, Any]], episodes_per_step: int) -> dict[str,
     late = times[2:] or times
     n = episodes_per_step * len(success)
     mean = statistics.fmean(success)
-    return {"success": success, "step_s": statistics.median(late), "rollout_s": statistics.median(
-        [float(r.get("timing/rollout", 0.0)) for r in steps][2:] or [0.0]),
-        "mean_success": mean, "se": math.sqrt(max(mean * (1 - mean), 1e-12) / n), "steps": len(success)}
+    def phase(key: str) -> float:
+        vals = [float(r.get(key, 0.0)) for r in steps]
+        return statistics.median(vals[2:] or vals)
+
+    return {"success": success, "step_s": statistics.median(late), "rollout_s": phase("timing/rollout"),
+            "train_s": phase("timing/actor_train"), "update_s": phase("timing/model_update"), "mean_success": mean, "se": math.sqrt(max(mean * (1 - mean), 1e-12) / n), "steps": len(success)}
 
 
 def compare(sync_runs: list[dict[str, Any]], async_runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -176,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp = compare(sync_runs, async_runs)
     loads = [float(v) for _, v in samples] or [float(loadavg().split()[0])]
     for name, r in runs.items():
-        print(f"{name:8s} step {r['step_s']:.2f} s (rollout {r['rollout_s']:.2f} s)  success "
+        print(f"{name:8s} step {r['step_s']:.2f} s (rollout wait {r['rollout_s']:.2f}, train {r['train_s']:.2f}, "
+              f"weight update {r['update_s']:.2f} s)  success "
               f"{100 * r['mean_success']:.1f} ± {100 * r['se']:.1f} %  per step: "
               + " ".join(f"{100 * s:.0f}" for s in r["success"]), flush=True)
     print(f"load average (1 min) during the run: min {min(loads):.1f}, median {statistics.median(loads):.1f}, "
@@ -204,12 +208,12 @@ def write_docs(quick, path, runs, cmp, pairs, steps, loads, wall, no_docs) -> No
         f"min {min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}. Absolute times scale with the "
         "load; the pairs ran back to back, so the ratios are what count.",
         "",
-        "| run | async_generation_ratio | s/step (median, steps 3..N) | rollout s/step | training success, mean over steps |",
-        "|---|---|---|---|---|",
+        "| run | async_generation_ratio | s/step (median, steps 3..N) | waiting for the batch, s | actor_train, s | weight update, s | training success, mean over steps |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in runs.items():
         ratio = 0 if name.startswith("sync") else 1
-        lines.append(f"| {name} | {ratio} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | "
+        lines.append(f"| {name} | {ratio} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['train_s']:.2f} | {r['update_s']:.2f} | "
                      f"{100 * r['mean_success']:.1f} ± {100 * r['se']:.1f} % |")
     lines += ["", "Success per step (%), training episodes (fresh maps, sampled at temperature 1):", ""]
     for name, r in runs.items():

@@ -131,3 +131,34 @@ def test_e2e_summary_and_compare(e2e):
     assert cmp["delta_se_pp"] == pytest.approx(100 * math.hypot(r["se"] / math.sqrt(2), r["se"] / math.sqrt(2)))
     with pytest.raises(RuntimeError):
         e2e.run_summary([{"step": 1, "loss": 0.1}], 64)
+
+
+def test_curve_fn_interpolates_and_clamps(rb):
+    f = rb.curve_fn({4: 0.010, 1: 0.004, 16: 0.034})
+    assert f(1) == 0.004 and f(0) == 0.004 and f(100) == 0.034
+    assert f(2) == pytest.approx(0.006) and f(10) == pytest.approx(0.022)
+
+
+def test_simulate_schedule_small_cases(rb):
+    eps = [[4], [1, 1, 1]]
+    flat = lambda b: 1.0
+    # lockstep: turns of 4, 1 and 1 steps; per-sample: the 3-turn episode runs beside the long one
+    assert rb.simulate_schedule(eps, flat, 64, True) == 6.0
+    assert rb.simulate_schedule(eps, flat, 64, False) == 4.0
+    # a step that costs b x one sequence's: batching buys nothing, both cost every token in turn
+    prop = lambda b: float(b)
+    assert rb.simulate_schedule(eps, prop, 64, True) == 7.0 == rb.simulate_schedule(eps, prop, 64, False)
+    # one slot: everything in sequence whatever the schedule
+    assert rb.simulate_schedule(eps, flat, 1, False) == 7.0 == rb.simulate_schedule(eps, flat, 1, True)
+    assert rb.simulate_schedule([], flat, 4, True) == 0.0 == rb.simulate_schedule([], flat, 4, False)
+
+
+def test_simulate_flat_curve_favours_per_sample_on_the_long_tail(rb):
+    eps = rb.draw_episodes(64, 0, 8, 24, 256, 1.2)
+    assert len(eps) == 64 and all(1 <= len(e) <= 8 for e in eps)
+    flat = lambda b: 0.002
+    lock, per = rb.simulate_schedule(eps, flat, 64, True), rb.simulate_schedule(eps, flat, 64, False)
+    # per-sample is the longest chain at best, lockstep the sum of every turn's longest request
+    assert per == pytest.approx(0.002 * max(map(sum, eps)))
+    assert lock == pytest.approx(0.002 * sum(max(e[k] for e in eps if len(e) > k) for k in range(max(map(len, eps)))))
+    assert lock / per > 1.5
