@@ -139,9 +139,29 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_pss_mb(root: int) -> tuple[float, int]:
-    """(sum of PSS in MB, number of processes) over ``root`` and its descendants."""
-    kids, todo, total, n = _children(), [root], 0, 0
+def _process_name(pid: int) -> str:
+    """A short name for a process of the tree: Ray's title (``ray::ActorWorker``), else the
+    script or binary it runs."""
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            argv = [a for a in f.read().split("\0") if a]
+    except OSError:
+        return "?"
+    if not argv:
+        return "?"
+    if argv[0].startswith("ray::"):
+        return argv[0].split()[0].split(".")[0]
+    exe = Path(argv[0].split()[0]).name
+    if not exe.startswith("python"):
+        return exe
+    if argv[1:2] == ["-m"] and len(argv) > 2:
+        return argv[2]
+    return Path(next((a for a in argv[1:] if a.endswith(".py") or "/bin/" in a), exe)).name
+
+
+def tree_pss(root: int) -> dict[int, tuple[str, float]]:
+    """PSS in MB of ``root`` and each of its descendants: pid -> (name, MB)."""
+    kids, todo, out = _children(), [root], {}
     while todo:
         pid = todo.pop()
         todo += kids.get(pid, [])
@@ -149,12 +169,17 @@ def tree_pss_mb(root: int) -> tuple[float, int]:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-                        n += 1
+                        out[pid] = (_process_name(pid), int(line.split()[1]) / 1024)
                         break
         except OSError:  # exited meanwhile
             continue
-    return total / 1024, n
+    return out
+
+
+def tree_pss_mb(root: int) -> tuple[float, int]:
+    """(sum of PSS in MB, number of processes) over ``root`` and its descendants."""
+    procs = tree_pss(root)
+    return sum(mb for _, mb in procs.values()), len(procs)
 
 
 RAY_START_TIMEOUT = "timed out during startup"
@@ -179,14 +204,15 @@ def _run_once(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float
     load0 = os.getloadavg()[0]
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    peak = [0.0, 0]
+    peak: list[Any] = [0.0, 0, {}]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.5):
-            mb, n = tree_pss_mb(proc.pid)
+            procs = tree_pss(proc.pid)
+            mb = sum(m for _, m in procs.values())
             if mb > peak[0]:
-                peak[:] = [mb, n]
+                peak[:] = [mb, len(procs), procs]
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
@@ -196,7 +222,11 @@ def _run_once(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float
     wall = time.time() - t0
     if rc != 0:
         raise RuntimeError(f"command failed ({rc}), see {log}: {' '.join(shlex.quote(c) for c in cmd)}")
+    by_name: dict[str, float] = {}
+    for name, mb in peak[2].values():
+        by_name[name] = by_name.get(name, 0.0) + mb
     return {"t0": t0, "wall_s": wall, "peak_pss_mb": peak[0], "peak_procs": peak[1],
+            "peak_by_process": dict(sorted(by_name.items(), key=lambda kv: -kv[1])),
             "load_avg": (load0 + os.getloadavg()[0]) / 2}
 
 
@@ -311,6 +341,10 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
                      f"{r['wall_s']:.1f} | {r['peak_pss_mb']:.0f} ({r['peak_procs']}) | {r['acc']['greedy']:.3f} | {r['acc']['sampled']:.3f} |")
     if phases:
         lines += ["", "roll's phases (first run, median of steps 3..N, s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()) + "."]
+    for fw in ("roll", "trl"):
+        procs = runs[fw][0].get("peak_by_process") if runs[fw] else None
+        if procs:
+            lines += ["", f"{fw}'s peak PSS by process (first run, MB): " + ", ".join(f"{k} {v:.0f}" for k, v in procs.items()) + "."]
     retried = sum(r.get("ray_start_retries", 0) for rs in runs.values() for r in rs)
     if retried:
         lines += ["", f"{retried} roll run(s) were started again because Ray's node missed its 30 s start-up limit "
