@@ -51,6 +51,21 @@ PINS = ("torch==2.13.0", "transformers==5.19.0")
 """What the TRL venv must not replace: it uses this environment's builds through a .pth file."""
 GROUP, PROMPTS, LR, MAX_NEW, MICRO = 8, 8, 2.0e-4, 10, 32
 
+SETTINGS_CHECKED = (
+    "Settings compared line by line with TRL 1.16's `grpo_trainer.py` (both sides equal): one optimizer step per "
+    "generation batch of 64 (8 distinct prompts x 8; TRL's `steps_per_generation` = gradient accumulation 2); "
+    "advantages (r - group mean) / (unbiased group std + eps) (TRL eps 1e-4, roll 1e-6; with 0/1 rewards a group's std "
+    "is 0 or at least 0.35, so this changes nothing); loss -min(ratio x A, clip(ratio, 0.8, 1.2) x A) summed over the "
+    "batch's completion tokens / their count (TRL `dapo`: `num_items_in_batch` spans the generation batch; roll "
+    "`token-mean` with the mini-batch's global token count), EOS token trained, truncated completions kept; old "
+    "log-probabilities = the sampling policy's (TRL: the detached current ones at one iteration; roll: the inference "
+    "engine's, `recompute_old_logprobs: false`, measured ratio - 1 below 1e-6); sampling T=1, no top-k (TRL `top_k=0` "
+    "adds no warper in transformers 5.19), top-p 1, no min-p or repetition penalty, EOS ids [2, 0] from the model's "
+    "generation config on both sides; AdamW betas (0.9, 0.999), eps 1e-8, weight decay 0, grad-norm clip 1.0, "
+    "constant lr without warmup; no reference model (beta 0 / no KL); no dropout in the model. What still differs: "
+    "the random draws (prompt order, sampled tokens), so accuracy is compared over seeds.")
+"""What the accuracy comparison rests on (the docs section prints it)."""
+
 # Runs inside the TRL venv: one GRPOTrainer run, step times written to a JSON file.
 _TRL_RUNNER = r'''
 import json, sys, time
@@ -319,7 +334,8 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
              f"{MICRO}), lr {LR:g} constant, at most {MAX_NEW} new tokens at T=1, no KL, PPO clip 0.2, token-mean loss, "
              "group-std reward normalisation, `math_rule` reward. Seconds per step: median of the gaps between step ends, "
              "steps 3..N; start-up: process start to first step; peak memory: the largest sum of PSS over the process "
-             "tree (roll: driver, Ray's GCS/raylet and every worker). Accuracy: both final models scored by one "
+             "tree (roll: driver, Ray's GCS/raylet and every worker). Both run with `OMP_WAIT_POLICY=PASSIVE` (roll's default "
+             "for its workers). Accuracy: both final models scored by one "
              f"evaluator (HF generate, math_rule) on the 200 held-out problems; the SFT start scores greedy "
              f"{base['greedy']:.3f}, sampled {base['sampled']:.3f}.", "",
              "| | roll | TRL | roll / TRL |", "|---|---|---|---|"]
@@ -362,6 +378,7 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
               f"{roll_s['startup_s']:.1f} s (**{verdict(roll_s['startup_s'] < 15)}**); peak memory at most 1.5x TRL's: "
               f"{mem:.2f}x (**{verdict(mem <= 1.5)}**). Accuracy counts as equal within 2 points (200 problems, "
               "3 seeds)."]
+    lines += ["", SETTINGS_CHECKED]
     lines += ["", "Commands (per run; TRL's runner is the `_TRL_RUNNER` text in bench/trl_compare.py):", "", "```"]
     lines += [runs["roll"][0]["cmd"], runs["trl"][0]["cmd"], "```", "", f"`{line}`", "", ""]
     return "\n".join(lines)
@@ -390,8 +407,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = (ROOT / args.out).resolve()
+    # OMP_WAIT_POLICY: roll's workers get PASSIVE by default (pipelines/base.py); TRL gets the
+    # same, so that a busy machine's OpenMP spinning does not favour either framework
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-           "WANDB_MODE": "offline"}
+           "WANDB_MODE": "offline", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     data = out / "data"
     sft_cmd = "python bench/rlvr_learning.py's SFT stage (260 steps of 32, lr 2e-3, 30% noisy demonstrations)"
     if args.report_only:
