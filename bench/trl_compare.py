@@ -59,7 +59,7 @@ SETTINGS_CHECKED = (
     "batch's completion tokens / their count (TRL `dapo`: `num_items_in_batch` spans the generation batch; roll "
     "`token-mean` with the mini-batch's global token count), EOS token trained, truncated completions kept; old "
     "log-probabilities = the sampling policy's (TRL: the detached current ones at one iteration; roll: the inference "
-    "engine's, `recompute_old_logprobs: false`, measured ratio - 1 below 1e-6); sampling T=1, no top-k (TRL `top_k=0` "
+    "engine's, `recompute_old_logprobs: false`; its ppo_kl stays below 1e-6); sampling T=1, no top-k (TRL `top_k=0` "
     "adds no warper in transformers 5.19), top-p 1, no min-p or repetition penalty, EOS ids [2, 0] from the model's "
     "generation config on both sides; AdamW betas (0.9, 0.999), eps 1e-8, weight decay 0, grad-norm clip 1.0, "
     "constant lr without warmup; no reference model (beta 0 / no KL); no dropout in the model. What still differs: "
