@@ -8,13 +8,10 @@ import re
 
 import pytest
 
-from .helpers import run_cli
+from .helpers import CONSOLE_SMALL as SMALL, run_cli
 
 pytestmark = pytest.mark.integration
 
-SMALL = ["max_steps=2", "save_steps=0", "rollout_batch_size=4", "val_batch_size=4",
-         "actor_train.training_args.gradient_accumulation_steps=1",
-         "actor_infer.generating_args.max_new_tokens=8", "show_progress=true"]
 STEP = re.compile(r"^step [12]/2 \| SimpleSokoban success \S+ return \S+ invalid \S+ \| .* s/step")
 # the full sokoban_cpu settings ran 2 steps in 96 s on a 2-core machine; at a load average of 50 to 70
 # these smaller runs took 6 to over 10 minutes
@@ -22,10 +19,8 @@ LIMIT_S = 900
 VAL = re.compile(r"^val  [02]/2 \| sampled: SimpleSokoban success \S+ return \S+ invalid \S+$")
 
 
-def test_default_console_is_one_line_per_step(tmp_path):
-    out = tmp_path / "run"
-    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=2", f"output_dir={out}"],
-                   timeout=LIMIT_S)
+def test_default_console_is_one_line_per_step(console_run):
+    out, proc = console_run  # SMALL with eval_steps=2 (tests/integration/conftest.py)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -48,8 +43,9 @@ def test_default_console_is_one_line_per_step(tmp_path):
 
 def test_verbose_console_has_the_metric_dump(tmp_path):
     out = tmp_path / "run"
-    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=0", f"output_dir={out}",
-                    "--verbose"], timeout=LIMIT_S)
+    # no validation, so no validation env workers to start
+    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=0", "val_env_manager=null",
+                    f"output_dir={out}", "--verbose"], timeout=LIMIT_S)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     dumps = [ln for ln in text.splitlines() if ln.startswith("[step ")]

@@ -19,8 +19,9 @@ from .helpers import REPO, cli_env, read_metrics, run_cli
 
 pytestmark = pytest.mark.integration
 
-ARGS = ["run", "configs/agentic/sokoban_cpu.yaml", "save_steps=1", "eval_steps=0", "show_progress=false",
-        "tracking.track_with=[jsonl]", "max_steps=2"]
+# no validation, so no validation env workers: the run's own processes are still all watched
+ARGS = ["run", "configs/agentic/sokoban_cpu.yaml", "save_steps=1", "eval_steps=0", "val_env_manager=null",
+        "show_progress=false", "tracking.track_with=[jsonl]", "max_steps=2"]
 KILLER = Path(__file__).with_name("kill_driver.py")
 GRACE_S = 5.0
 

@@ -17,8 +17,9 @@ CONFIG = ROOT / "configs" / "agentic" / "sokoban_cpu.yaml"
 
 def _run(tmp_path: Path, *overrides: str) -> list[dict]:
     out = tmp_path / "run"
+    # no validation, so no validation env workers to start
     cmd = [sys.executable, "-m", "roll", "run", str(CONFIG), "max_steps=2", "save_steps=0", "eval_steps=0",
-           f"output_dir={out}", *overrides]
+           "val_env_manager=null", f"output_dir={out}", *overrides]
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1")
     proc = subprocess.run(cmd, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
