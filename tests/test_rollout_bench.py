@@ -3,6 +3,7 @@ config composition and run summaries: pure functions, no engine."""
 import importlib.util
 import math
 import random
+import statistics
 import sys
 from pathlib import Path
 
@@ -107,28 +108,39 @@ def test_e2e_rl_config_is_vllm_without_hf_keys(e2e, tmp_path):
     assert cfg["rollout_batch_size"] == 64
 
 
-def test_e2e_chain_stages_alternate_and_start_from_sft(e2e, tmp_path):
-    chain = e2e.rl_chain(tmp_path, pairs=2, steps=5, quick=False)
-    assert list(chain["stages"]) == ["sync-0", "async-0", "sync-1", "async-1"]
-    for name, st in chain["stages"].items():
-        over = st["overrides"]
-        assert st["input"] is None and over["pretrain"] == str(tmp_path / "warm" / "sft" / "final_model")
-        assert over["rollout"]["async_generation_ratio"] == (1.0 if name.startswith("async") else 0.0)
-        assert over["seed"] == 42 + int(name[-1]) and over["max_steps"] == 5
+def test_e2e_chain_pair_starts_from_sft_with_its_own_seed(e2e, tmp_path):
+    for pair in (0, 1):
+        chain = e2e.rl_chain(tmp_path, pair, steps=5, quick=False)
+        assert chain["seed"] == 42 + pair  # a chain forces its seed on every stage: one chain per pair
+        assert list(chain["stages"]) == [f"sync-{pair}", f"async-{pair}"]
+        for name, st in chain["stages"].items():
+            over = st["overrides"]
+            assert st["input"] is None and over["pretrain"] == str(tmp_path / "warm" / "sft" / "final_model")
+            assert over["rollout"]["async_generation_ratio"] == (1.0 if name.startswith("async") else 0.0)
+            assert over["max_steps"] == over["eval_steps"] == 5
 
 
 def test_e2e_summary_and_compare(e2e):
     rows = [{"step": s, "env/FrozenLake/success": v, "timing/step": t, "timing/rollout": t / 2}
-            for s, v, t in ((1, 0.25, 9.0), (2, 0.5, 3.0), (3, 0.5, 2.0), (4, 0.75, 4.0))] + [{"step": 0, "val/x": 1.0}]
-    r = e2e.run_summary(rows, episodes_per_step=64)
+            for s, v, t in ((1, 0.25, 9.0), (2, 0.5, 3.0), (3, 0.5, 2.0), (4, 0.75, 4.0))]
+    rows += [{"step": 0, "val/env/FrozenLake/success": 0.25, "val_greedy/env/FrozenLake/success": 0.5},
+             {"step": 4, "val/env/FrozenLake/success": 0.5, "val_greedy/env/FrozenLake/success": 0.75}]
+    r = e2e.run_summary(rows, episodes_per_step=64, val_episodes=64)
     assert r["success"] == [0.25, 0.5, 0.5, 0.75] and r["steps"] == 4
     assert r["step_s"] == 3.0  # median of steps 3..N: warm-up steps left out
     assert r["mean_success"] == 0.5 and r["se"] == pytest.approx(math.sqrt(0.25 / 256))
+    assert r["val"]["sampled"] == (0.25, 0.5, pytest.approx(math.sqrt(0.25 / 64)))
+    assert r["val"]["greedy"][:2] == (0.5, 0.75)
     slow = dict(r, step_s=4.0)
-    cmp = e2e.compare([slow, slow], [r, dict(r, mean_success=0.6)])
+    better = dict(r, mean_success=0.6, success=[0.35, 0.5, 0.6, 0.95],
+                  val={"sampled": (0.25, 0.6, 0.06), "greedy": (0.5, 0.75, 0.05)})
+    cmp = e2e.compare([slow, slow], [r, better])
     assert cmp["async_step_speedup"] == pytest.approx(4.0 / 3.0)
     assert cmp["async_success_delta_pp"] == pytest.approx(5.0)
     assert cmp["delta_se_pp"] == pytest.approx(100 * math.hypot(r["se"] / math.sqrt(2), r["se"] / math.sqrt(2)))
+    diffs = [0.0] * 4 + [0.1, 0.0, 0.1, 0.2]
+    assert cmp["paired_se_pp"] == pytest.approx(100 * statistics.stdev(diffs) / math.sqrt(8))
+    assert cmp["val"]["sampled"][2] == pytest.approx(5.0) and cmp["val"]["greedy"][2] == pytest.approx(0.0)
     with pytest.raises(RuntimeError):
         e2e.run_summary([{"step": 1, "loss": 0.1}], 64)
 
