@@ -104,6 +104,9 @@ class BasePipeline:
         seed_everything(cfg.seed, cfg.deterministic)
         self.tracker = None
         self.timings: dict[str, float] = {}
+        self.startup_timings: dict[str, float] = {}
+        """``timing/startup/<phase>`` seconds of this process's start-up (a pipeline logs them
+        with its first step): where the time to the first step goes."""
         self.pool = None
         self.clusters: list[Any] = []
         self.actors: list[Any] = []  # other Ray actors to kill at shutdown (env workers, ...)
@@ -183,6 +186,22 @@ class BasePipeline:
             self.pool.shutdown()
 
     # ---- machinery ----------------------------------------------------------------------
+    @contextmanager
+    def startup_phase(self, name: str) -> Iterator[None]:
+        """Time one start-up phase into ``startup_timings`` (``timing/startup/<name>``)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.startup_timings[f"timing/startup/{name}"] = time.perf_counter() - t0
+
+    def record_process_start(self) -> None:
+        """``timing/startup/process``: from the driver process's start to now (interpreter,
+        imports, config loading and checks), read from the process's own start time."""
+        import psutil
+
+        self.startup_timings["timing/startup/process"] = max(0.0, time.time() - psutil.Process().create_time())
+
     @contextmanager
     def timer(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()

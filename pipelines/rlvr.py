@@ -121,25 +121,29 @@ class RLVRPipeline(BasePipeline):
     # ================================================================ setup
     def setup(self) -> None:
         cfg = self.cfg
-        from transformers import AutoTokenizer
+        self.record_process_start()
+        with self.startup_phase("data"):
+            from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        base_dir = str(Path(cfg.source_path).parent) if cfg.source_path else None
-        train = self._prepare(load_prompts(cfg.data.train_files, cfg.data.messages_key, cfg.data.prompt_key,
-                                           cfg.data.tag_key, base_dir), "train")
-        self.sampler = DomainSampler([p.sample for p in train], cfg.data.domain_interleave_probs, seed=cfg.seed)
-        self.prompts = {id(p.sample): p for p in train}
-        self.val_prompts = (self._prepare(load_prompts(cfg.data.val_files, cfg.data.messages_key, cfg.data.prompt_key,
-                                                       cfg.data.tag_key, base_dir), "val")
-                            if cfg.data.val_files else [])
-        self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            base_dir = str(Path(cfg.source_path).parent) if cfg.source_path else None
+            train = self._prepare(load_prompts(cfg.data.train_files, cfg.data.messages_key, cfg.data.prompt_key,
+                                               cfg.data.tag_key, base_dir), "train")
+            self.sampler = DomainSampler([p.sample for p in train], cfg.data.domain_interleave_probs, seed=cfg.seed)
+            self.prompts = {id(p.sample): p for p in train}
+            self.val_prompts = (self._prepare(load_prompts(cfg.data.val_files, cfg.data.messages_key, cfg.data.prompt_key,
+                                                           cfg.data.tag_key, base_dir), "val")
+                                if cfg.data.val_files else [])
+            self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
 
-        self.make_pool()
+        with self.startup_phase("ray"):
+            self.make_pool()
         # Start-up is spent starting worker processes (imports, model loads): the reward workers
         # start in a thread while the policy roles are built instead of after them.
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-setup") as ex:
-            rewards = ex.submit(lambda: {name: self._make_reward_cluster(name, rc) for name, rc in cfg.rewards.items()})
-            self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
+        with self.startup_phase("workers"), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-setup") as ex:
+            rewards = ex.submit(self._make_reward_clusters)
+            with self.startup_phase("policy_roles"):
+                self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
             self.reward_clusters = rewards.result()
         self.rewards = RewardClient(self.reward_clusters, self.tag_to_reward, dict(cfg.rewards))
         self.loop = LoopThread("rlvr-rollout")
@@ -178,6 +182,10 @@ class RLVRPipeline(BasePipeline):
             raise ConfigError(errors)
         return route
 
+    def _make_reward_clusters(self) -> dict[str, Any]:
+        with self.startup_phase("reward_workers"):
+            return {name: self._make_reward_cluster(name, rc) for name, rc in self.cfg.rewards.items()}
+
     def _make_reward_cluster(self, name: str, rc: Any) -> Any:
         from ray import cloudpickle
 
@@ -196,7 +204,7 @@ class RLVRPipeline(BasePipeline):
 
     # ================================================================ one step
     def train_step(self, step: int) -> dict[str, float]:
-        metrics: dict[str, float] = dict(self.data_metrics) if step == self.start_step else {}
+        metrics: dict[str, float] = {**self.data_metrics, **self.startup_timings} if step == self.start_step else {}
         metrics.update(self.sync_weights(step))
         batch, rollout_metrics = self.collect_rollouts(step)
         metrics.update(rollout_metrics)

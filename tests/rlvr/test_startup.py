@@ -112,3 +112,19 @@ def test_local_ray_cluster_settings(tmp_path, monkeypatch):
     base.init_ray(_cfg(tmp_path, "ray.address=auto"))
     assert seen["runtime_env"]["env_vars"]["OMP_WAIT_POLICY"] == "ACTIVE"
     assert "_system_config" not in seen  # joining a running cluster: its settings are its own
+
+
+def test_startup_phases_are_timed(tmp_path):
+    """Where the time to the first step goes: ``timing/startup/<phase>`` (the RLVR pipeline
+    logs them with its first step), and the driver process's own start."""
+    import psutil
+
+    from roll.pipelines.base import BasePipeline
+
+    pipeline = BasePipeline(_cfg(tmp_path))
+    with pipeline.startup_phase("data"):
+        time.sleep(0.05)
+    pipeline.record_process_start()
+    t = pipeline.startup_timings
+    assert 0.05 <= t["timing/startup/data"] < 5
+    assert 0 < t["timing/startup/process"] <= time.time() - psutil.Process().create_time() + 0.01
