@@ -94,15 +94,17 @@ def uses_a_tool(client, task):
 
 
 def arithmetic(client, task):
-    """The CLI test's task: a sum, one retry; partial credit for answering with a number."""
+    """The CLI test's task: a sum, one retry. Reward 1 for the right number; otherwise a small
+    checkable shaping term (distinct characters of the replies / 100, up to 0.5), so a tiny random
+    model's samples differ in reward and the policy gradient is not zero."""
     messages = [{"role": "user", "content": f"{task['a']} + {task['b']} = ?"}]
-    reward = 0.0
+    seen = set()
     for _ in range(2):
         reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=6)
         text = reply.choices[0].message.content or ""
         found = re.search(r"\d+", text)
         if found and int(found.group()) == task["a"] + task["b"]:
             return 1.0
-        reward = max(reward, 0.2 if found else 0.0)
+        seen.update(text)
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Try again."}]
-    return reward
+    return min(len(seen), 50) / 100

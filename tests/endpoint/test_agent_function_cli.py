@@ -42,7 +42,7 @@ def test_two_training_steps_from_an_agent_function(tmp_path):
                TOKENIZERS_PARALLELISM="false")
     env["PYTHONPATH"] = f"{Path(__file__).parent}:{env.get('PYTHONPATH', '')}"  # driver and Ray workers import it
     proc = subprocess.run([sys.executable, "-m", "roll", "run", str(config)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = {}
     with open(out / "logs" / "metrics.jsonl") as f:
@@ -54,8 +54,11 @@ def test_two_training_steps_from_an_agent_function(tmp_path):
     for s in trained:
         r = rows[s]
         assert r["env/Sums/episodes"] == 4 and 1 <= r["env/Sums/agent/requests"] <= 2
-        assert r["env/Sums/agent/segments"] == 1 and 0.0 <= r["env/Sums/return"] <= 1.0
+        assert r["env/Sums/agent/segments"] == 1 and 0.0 < r["env/Sums/return"] <= 1.0
         assert r["rollout/response_tokens/mean"] > 0
+    # the function's rewards reached the batch and moved the policy
+    assert any(rows[s]["reward/advantages_max"] > 0 for s in trained)
+    assert all(rows[s]["actor/grad_norm"] > 0 for s in trained)
     # the dumped episodes are the function's conversations, trained on the model's tokens only
     dumps = sorted((out / "trajectories").glob("step-*.jsonl.gz"))
     assert dumps
