@@ -266,7 +266,9 @@ def run_roll(data: Path, model: str, steps: int, seed: int, out: Path, env: dict
     phases = {k.split("/", 1)[1]: statistics.median(float(r[k]) for r in rows[2:] if k in r)
               for k in ("timing/rollout", "timing/actor_train", "timing/old_logprobs", "timing/model_update")
               if any(k in r for r in rows[2:])}
+    startup = {k.split("/", 2)[2]: float(v) for k, v in rows[0].items() if k.startswith("timing/startup/")}
     return {**m, "cmd": " ".join(shlex.quote(c) for c in cmd), "ends": ends, "startup_s": first_begin - m["t0"],
+            "startup_phases": startup,
             "train_reward": [float(r.get("reward/math/correct", float("nan"))) for r in rows],
             "phases": phases, "model": str(out / "run" / "final_model")}
 
@@ -322,6 +324,17 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
             "acc_sampled": statistics.mean(r["acc"]["sampled"] for r in runs)}
 
 
+def _startup_phases(run: dict[str, Any]) -> dict[str, float]:
+    """roll's ``timing/startup/*`` of one run (from its metrics file for results saved without them)."""
+    if run.get("startup_phases"):
+        return run["startup_phases"]
+    metrics = Path(run["model"]).parent / "logs" / "metrics.jsonl"
+    if not metrics.exists():
+        return {}
+    first = json.loads(metrics.read_text().splitlines()[0])
+    return {k.split("/", 2)[2]: float(v) for k, v in first.items() if k.startswith("timing/startup/")}
+
+
 def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, list], s: dict[str, dict], line: str,
             sft_cmd: str) -> str:
     roll_s, trl_s = s["roll"], s["trl"]
@@ -357,6 +370,12 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
                      f"{r['wall_s']:.1f} | {r['peak_pss_mb']:.0f} ({r['peak_procs']}) | {r['acc']['greedy']:.3f} | {r['acc']['sampled']:.3f} |")
     if phases:
         lines += ["", "roll's phases (first run, median of steps 3..N, s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()) + "."]
+    startup = _startup_phases(runs["roll"][0]) if runs["roll"] else {}
+    if startup:
+        lines += ["", "roll's start-up phases (first run, s; `timing/startup/*` of its first step): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in startup.items())
+                  + " (process: interpreter, imports and config checks; data: tokenizer and prompts; ray: the local "
+                  "cluster; workers: the reward workers and the policy roles, built at the same time)."]
     for fw in ("roll", "trl"):
         procs = runs[fw][0].get("peak_by_process") if runs[fw] else None
         if procs:
