@@ -134,9 +134,10 @@ def test_killed_server_fails_that_call_then_restarts_within_a_bound(tmp_path):
         pid = int(ex.handle(call("whoami")).contents[0])
         threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
         t0 = time.monotonic()
-        [result] = ex.handle(call("nap", seconds=5)).results
+        [result] = ex.handle(call("nap", seconds=8)).results
         assert result.error == "unavailable" and "stopped during the call" in result.content
-        assert time.monotonic() - t0 < 3.0  # noticed at once, not at the call timeout
+        # noticed at once: before the nap would end (8 s) or the call time out (10 s); slack for a loaded machine
+        assert time.monotonic() - t0 < 6.0
         assert gone(pid)
 
     try:
