@@ -167,9 +167,9 @@ class ToolExpertAgent:
     them); a turn without them starts the computation. ``epsilon`` is the share of problems the
     agent answers from its head instead, as a model that has not learnt when to use the tool
     does: no call, and the answer off by one digit. The choice is one per problem, so the
-    demonstrations show no cue for it and a model trained on them calls the tool on about
-    ``1 - epsilon`` of the problems, greedy decoding included. A tool result that is an error is
-    answered with the expert's own answer.
+    demonstrations show no cue for it: a model trained on them calls the tool on about
+    ``1 - epsilon`` of the problems when sampling, and RL has to learn to always call it. A
+    tool result that is an error is answered with the expert's own answer.
     """
 
     def __init__(self, env: gym.Env, epsilon: float = 0.0, seed: int | None = None, think: bool = False):
