@@ -271,6 +271,11 @@ def write_docs(quick, base, runs, cmp, pairs, steps, loads, wall, no_docs, resul
     for mode, (vs, va, d, se) in cmp["val"].items():
         lines.append(f"- held-out success after the last step, {mode}: sync {vs:.1f} %, async {va:.1f} %, async - sync "
                      f"**{d:+.1f} points** (standard error {se:.1f}).")
+    deltas = [(cmp["async_success_delta_pp"], max(cmp["delta_se_pp"], cmp["paired_se_pp"]))] + \
+        [(d, se) for _, _, d, se in cmp["val"].values()]
+    lines.append("- " + ("async costs no learning here: every async - sync difference above is within 2 standard errors."
+                         if all(abs(d) <= 2 * se for d, se in deltas) else
+                         "at least one async - sync difference above is larger than 2 standard errors."))
     lines += ["", f"`{result}`"]
     write_section("\n".join(lines), quick=quick, no_docs=no_docs)
 
