@@ -197,6 +197,9 @@ def tree_pss_mb(root: int) -> tuple[float, int]:
     return sum(mb for _, mb in procs.values()), len(procs)
 
 
+BUSY_LOAD = 2.5
+"""Load average (2-core machine) above which the docs section says the ratios are not a quiet machine's."""
+
 RAY_START_TIMEOUT = "timed out during startup"
 """Ray's own 30 s limit for its node to come up, which a heavily loaded machine can miss."""
 
@@ -340,7 +343,7 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
     roll_s, trl_s = s["roll"], s["trl"]
     phases = runs["roll"][0]["phases"] if runs["roll"] else {}
     lines = [SECTION, "",
-             f"`python bench/trl_compare.py` ({args.runs} runs of each framework, alternating; {args.steps} steps each; "
+             f"`python bench/trl_compare.py{'' if args.runs == 3 else f' --runs {args.runs}'}` ({args.runs} run{'s' if args.runs != 1 else ''} of each framework, alternating; {args.steps} steps each; "
              f"2-core CPU shared with other jobs). roll's rlvr pipeline vs TRL {TRL_VERSION} `GRPOTrainer`, both on "
              "torch 2.13.0 and transformers 5.19.0, from the same SFT warm start of `roll-tiny://tiny` (bench/rlvr_learning.py's "
              f"data and recipe: `{sft_cmd}`): {PROMPTS} prompts x {GROUP} completions per optimizer step (2 micro-batches of "
@@ -388,6 +391,11 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
     if loads:
         lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (other jobs); "
                   "absolute times scale with it, the alternating order keeps the ratios fair."]
+        if max(loads) > BUSY_LOAD:
+            lines += ["", f"**Measured on a busy machine (load above {BUSY_LOAD:g} on 2 cores): the step and start-up "
+                      "ratios are not those of a quiet machine.** Under load TRL's single process with two torch "
+                      "threads loses far more per step than roll's workers, and roll's start-up (several processes "
+                      "starting at once) far more than TRL's; run again on a quiet machine for the headline figures."]
     speedup = trl_s["step_s"] / roll_s["step_s"]
     delta = 100 * min(roll_s[k] - trl_s[k] for k in ("acc_greedy", "acc_sampled"))
     mem = roll_s["peak_pss_mb"] / trl_s["peak_pss_mb"]
@@ -396,7 +404,7 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
               f"accuracy {delta:+.1f} points (**{verdict(speedup >= 1.5 and delta >= -2.0)}**); start-up under 15 s: "
               f"{roll_s['startup_s']:.1f} s (**{verdict(roll_s['startup_s'] < 15)}**); peak memory at most 1.5x TRL's: "
               f"{mem:.2f}x (**{verdict(mem <= 1.5)}**). Accuracy counts as equal within 2 points (200 problems, "
-              "3 seeds)."]
+              f"{args.runs} seed{'s' if args.runs != 1 else ''})."]
     lines += ["", SETTINGS_CHECKED]
     lines += ["", "Commands (per run; TRL's runner is the `_TRL_RUNNER` text in bench/trl_compare.py):", "", "```"]
     lines += [runs["roll"][0]["cmd"], runs["trl"][0]["cmd"], "```", "", f"`{line}`", "", ""]
@@ -435,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         saved = json.loads((out / "result.json").read_text())
         args.steps = saved.get("steps", args.steps)
+        args.runs = max(len(rs) for rs in saved["runs"].values())
         return report(args, saved["base"], saved["runs"], sft_cmd)
     make_data(data, 0, noise=0.3)
     if args.sft_model:
