@@ -1,4 +1,5 @@
-"""What every bench shares: the docs/benchmarks.md section writer and the RESULT line.
+"""What every bench shares: the docs/benchmarks.md section writer, the RESULT line, and running
+a chain config once per seed (bench/main_job.py, bench/tool_task.py).
 
 A bench's full run rewrites its own ``## `` section of docs/benchmarks.md and nothing else; a
 ``--quick`` run (the same comparison, small) prints and never touches the docs, so a smoke run
@@ -6,8 +7,16 @@ cannot replace measured tables with small-run numbers.
 """
 from __future__ import annotations
 
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -49,3 +58,67 @@ def result_line(figures: Mapping[str, Any]) -> str:
         if not key or any(c.isspace() or c == "=" for c in key):
             raise ValueError(f"bad RESULT key {key!r}")
     return "RESULT " + " ".join(f"{k}={fmt(v)}" for k, v in figures.items())
+
+
+def loadavg() -> str:
+    """The machine's 1, 5 and 15 minute load averages, as /proc/loadavg gives them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def rate_se(pct: float, n: int) -> float:
+    """Standard error (in points) of a success rate of ``pct`` % over ``n`` episodes."""
+    p = pct / 100
+    return 100 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def run_chain_seed(config: str, seed: int, out: Path, extra: list[str], reuse: bool,
+                   measure: Callable[[Path, dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """One fresh `roll run` of a chain config for ``seed`` in ``out``, timed from start to exit:
+    its summary.json, wall, the load average before and after, and ``measure(out, summary)``.
+    The record is written to ``seed-N.json`` next to ``out``; with ``reuse`` a seed whose run
+    finished before is read back instead of run again (seeds run by separate invocations can
+    be reported together)."""
+    record = out.parent / f"{out.name}.json"
+    if reuse and record.exists() and (out / "summary.json").exists():
+        print(f"seed {seed}: reusing the run recorded in {record}", flush=True)
+        return json.loads(record.read_text())
+    record.unlink(missing_ok=True)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "roll.cli", "run", config, f"seed={seed}", f"output_dir={out}", *extra]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    load_before = loadavg()
+    print(f"$ {shlex.join(['roll', *cmd[3:]])}   (load average {load_before})", flush=True)
+    t0 = time.perf_counter()
+    log_path = out.parent / f"{out.name}.log"
+    with open(log_path, "w") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
+    summary = json.loads((out / "summary.json").read_text())
+    result = {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
+              **measure(out, summary)}
+    record.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def chain_figures(summary: dict[str, Any], tag: str) -> dict[str, Any]:
+    """Untrained, SFT start and RL end success (in %) of env ``tag`` per decoding mode, from a
+    chain's summary: the untrained point is the one without a step, the start and end are the
+    grpo stage's first and last validation rounds; gain = end - start, ``gain`` the smaller."""
+    pts = summary["points"]
+    base = next(p for p in pts if p["step"] is None)
+    rl = [p for p in pts if p["stage"] == "grpo"]
+    if len(rl) != 2:
+        raise ValueError(f"expected the grpo stage's first and last validation rounds, got {[p['label'] for p in rl]}")
+    out: dict[str, Any] = {"episodes": rl[0]["episodes"], "base_episodes": base["episodes"], "end_step": rl[1]["step"]}
+    for mode in ("greedy", "sampled"):
+        out[f"untrained_{mode}"] = 100 * base["success"][tag][mode]
+        out[f"start_{mode}"] = 100 * rl[0]["success"][tag][mode]
+        out[f"end_{mode}"] = 100 * rl[1]["success"][tag][mode]
+        out[f"gain_{mode}"] = out[f"end_{mode}"] - out[f"start_{mode}"]
+    out["gain"] = min(out["gain_greedy"], out["gain_sampled"])
+    return out

@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from common import result_line, write_section
+from common import chain_figures, rate_se, result_line, run_chain_seed, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/frozenlake_main_cpu.yaml"
@@ -39,63 +35,6 @@ QUICK = ["stages.baseline.overrides.val_batch_size=4", "stages.demos.demos.episo
          "stages.grpo.overrides.train_env_manager.group_size=4",
          "stages.grpo.overrides.actor_train.training_args.per_device_train_batch_size=8"]
 """--quick: the same chain, every stage as small as it goes."""
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def run_seed(seed: int, out: Path, extra: list[str], reuse: bool = False) -> dict[str, Any]:
-    """One fresh `roll run` of the main chain; its summary.json plus wall and load. With
-    ``reuse``, a seed whose run finished before (``seed-N.json`` next to its directory, written
-    at the end of a run) is read back instead of run again: seeds can then be run by separate
-    invocations (``--seeds 43``) and reported together."""
-    record = out.parent / f"{out.name}.json"
-    if reuse and record.exists() and (out / "summary.json").exists():
-        print(f"seed {seed}: reusing the run recorded in {record}", flush=True)
-        return json.loads(record.read_text())
-    record.unlink(missing_ok=True)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "roll.cli", "run", CONFIG, f"seed={seed}", f"output_dir={out}", *extra]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    load_before = loadavg()
-    print(f"$ {shlex.join(['roll', *cmd[3:]])}   (load average {load_before})", flush=True)
-    t0 = time.perf_counter()
-    with open(out.parent / f"{out.name}.log", "w") as log:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - t0
-    if rc != 0:
-        tail = (out.parent / f"{out.name}.log").read_text(errors="replace").splitlines()[-30:]
-        raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
-    summary = json.loads((out / "summary.json").read_text())
-    result = {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
-              **figures(summary), "curve": curve(out)}
-    record.write_text(json.dumps(result, indent=1))
-    return result
-
-
-def figures(summary: dict[str, Any]) -> dict[str, Any]:
-    """Untrained, SFT start and RL end success (in %) and episodes, per decoding mode."""
-    pts = summary["points"]
-    base = next(p for p in pts if p["step"] is None)
-    rl = [p for p in pts if p["stage"] == "grpo"]
-    if len(rl) != 2:
-        raise ValueError(f"expected the grpo stage's first and last validation rounds, got {[p['label'] for p in rl]}")
-    out: dict[str, Any] = {"episodes": rl[0]["episodes"], "base_episodes": base["episodes"], "end_step": rl[1]["step"]}
-    for mode in ("greedy", "sampled"):
-        out[f"untrained_{mode}"] = 100 * base["success"][TAG][mode]
-        out[f"start_{mode}"] = 100 * rl[0]["success"][TAG][mode]
-        out[f"end_{mode}"] = 100 * rl[1]["success"][TAG][mode]
-        out[f"gain_{mode}"] = out[f"end_{mode}"] - out[f"start_{mode}"]
-    out["gain"] = min(out["gain_greedy"], out["gain_sampled"])
-    return out
-
-
-def se(pct: float, n: int) -> float:
-    p = pct / 100
-    return 100 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
 
 
 def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note: str = "") -> str:
@@ -128,7 +67,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
         cells = []
         for key in ("untrained", "start", "end"):
             nn = r["base_episodes"] if key == "untrained" else n
-            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {rate_se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
         lines.append(f"| {r['seed']} | {cells[0]} | {cells[1]} | {cells[2]} | {r['gain_greedy']:+.1f} / "
                      f"{r['gain_sampled']:+.1f} | {walls}; {r['wall_s']:.0f} | {r['load_before']} / {r['load_after']} |")
     lines += ["", "Validation rounds of the grpo stage (step: greedy / sampled, %):", ""]
@@ -155,14 +94,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 42 43 44 (--quick: 42)")
     p.add_argument("--out", default="output/bench/main_job")
-    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before (see run_seed)")
+    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before (see common.run_chain_seed)")
     p.add_argument("--note", default="", help="a sentence for the docs section (e.g. which runs overlapped)")
     args = p.parse_args(argv)
     seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
     out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
     runs = []
     for seed in seeds:
-        r = run_seed(seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse)
+        r = run_chain_seed(CONFIG, seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse,
+                           lambda out, summary: {**chain_figures(summary, TAG), "curve": curve(out)})
         runs.append(r)
         print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
               f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "

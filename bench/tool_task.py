@@ -18,17 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from common import result_line, write_section
+from common import chain_figures, rate_se, result_line, run_chain_seed, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/tool_arith_cpu.yaml"
@@ -45,55 +41,10 @@ QUICK = ["stages.baseline.overrides.val_batch_size=8", "stages.demos.demos.episo
 """--quick: the same chain, every stage as small as it goes (the model does not learn)."""
 
 
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def run_seed(seed: int, out: Path, extra: list[str], reuse: bool = False) -> dict[str, Any]:
-    """One fresh `roll run` of the chain; its summary plus wall, load and tool use. With
-    ``reuse``, a seed whose run finished before (``seed-N.json``) is read back instead."""
-    record = out.parent / f"{out.name}.json"
-    if reuse and record.exists() and (out / "summary.json").exists():
-        print(f"seed {seed}: reusing the run recorded in {record}", flush=True)
-        return json.loads(record.read_text())
-    record.unlink(missing_ok=True)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "roll.cli", "run", CONFIG, f"seed={seed}", f"output_dir={out}", *extra]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    load_before = loadavg()
-    print(f"$ {shlex.join(['roll', *cmd[3:]])}   (load average {load_before})", flush=True)
-    t0 = time.perf_counter()
-    with open(out.parent / f"{out.name}.log", "w") as log:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - t0
-    if rc != 0:
-        tail = (out.parent / f"{out.name}.log").read_text(errors="replace").splitlines()[-30:]
-        raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
-    summary = json.loads((out / "summary.json").read_text())
+def measure(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """A seed's figures, the demonstrations' success and the grpo stage's validation rounds."""
     demos = json.loads((out / "demos" / "demos_stats.json").read_text())
-    result = {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
-              "demo_success": 100 * demos[TAG]["success_rate"], **figures(summary), **val_rounds(out)}
-    record.write_text(json.dumps(result, indent=1))
-    return result
-
-
-def figures(summary: dict[str, Any]) -> dict[str, Any]:
-    """Untrained, SFT start and RL end success (in %) and episodes, per decoding mode."""
-    pts = summary["points"]
-    base = next(p for p in pts if p["step"] is None)
-    rl = [p for p in pts if p["stage"] == "grpo"]
-    if len(rl) != 2:
-        raise ValueError(f"expected the grpo stage's first and last validation rounds, got {[p['label'] for p in rl]}")
-    out: dict[str, Any] = {"episodes": rl[0]["episodes"], "base_episodes": base["episodes"], "end_step": rl[1]["step"]}
-    for mode in ("greedy", "sampled"):
-        out[f"untrained_{mode}"] = 100 * base["success"][TAG][mode]
-        out[f"start_{mode}"] = 100 * rl[0]["success"][TAG][mode]
-        out[f"end_{mode}"] = 100 * rl[1]["success"][TAG][mode]
-        out[f"gain_{mode}"] = out[f"end_{mode}"] - out[f"start_{mode}"]
-    out["gain"] = min(out["gain_greedy"], out["gain_sampled"])
-    return out
+    return {"demo_success": 100 * demos[TAG]["success_rate"], **chain_figures(summary, TAG), **val_rounds(out)}
 
 
 def val_rounds(out: Path) -> dict[str, Any]:
@@ -111,11 +62,6 @@ def val_rounds(out: Path) -> dict[str, Any]:
     return {"rounds": rounds}
 
 
-def se(pct: float, n: int) -> float:
-    p = pct / 100
-    return 100 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
-
-
 def fmt_calls(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.2f}"
 
@@ -129,7 +75,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
     lines = [SECTION, "",
              f"`{invocation}`: `roll run {CONFIG}` once per seed (`seed=S`), each a fresh process on the",
              "2-core CPU (load average before and after in the table: with a load of L on 2 cores a run gets",
-             f"about 2/L of the CPU). The task: roll/Arith-v0 (a 3-digit by 2-digit product, the same plus a",
+             "about 2/L of the CPU). The task: roll/Arith-v0 (a 3-digit by 2-digit product, the same plus a",
              "4-digit number, or a sum of three 3-4 digit numbers; reward 1 for the exact whole number) with",
              f"the calculator through roll/Tools-v0; the {model} model. The chain: `baseline` (the untrained",
              f"model), `demos` ({demos['episodes']} expert episodes: call the calculator with the problem's",
@@ -154,7 +100,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
         cells = []
         for key in ("untrained", "start", "end"):
             nn = r["base_episodes"] if key == "untrained" else n
-            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {rate_se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
         rounds = r["rounds"]
         calls = f"{fmt_calls(rounds[0]['calls_greedy'])} -> {fmt_calls(rounds[-1]['calls_greedy'])}" if rounds else "-"
         lines.append(f"| {r['seed']} | {cells[0]} | {cells[1]} | {cells[2]} | {r['gain_greedy']:+.1f} / "
@@ -180,7 +126,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
     runs = []
     for seed in seeds:
-        r = run_seed(seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse)
+        r = run_chain_seed(CONFIG, seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse, measure)
         runs.append(r)
         print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
               f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "

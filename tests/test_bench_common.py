@@ -64,3 +64,16 @@ def test_every_bench_writes_docs_only_through_the_shared_writer(path):
         assert "quick" in kw, f"{path.name}:{call.lineno}: write_section without quick="
     # --quick is an option of every bench
     assert '"--quick"' in src, path.name
+
+
+def test_chain_figures_reads_untrained_sft_start_and_rl_end(common):
+    point = lambda step, stage, n, g, s: {"step": step, "stage": stage, "episodes": n, "label": f"{stage}@{step}",
+                                          "success": {"Lake": {"greedy": g, "sampled": s}}}
+    summary = {"points": [point(None, "baseline", 4, 0.0, 0.25), point(0, "grpo", 8, 0.5, 0.25),
+                          point(2, "grpo", 8, 0.75, 0.375)]}
+    f = common.chain_figures(summary, "Lake")
+    assert (f["untrained_sampled"], f["start_greedy"], f["end_sampled"]) == (25.0, 50.0, 37.5)
+    assert (f["gain_greedy"], f["gain_sampled"], f["gain"], f["end_step"]) == (25.0, 12.5, 12.5, 2)
+    with pytest.raises(ValueError, match="first and last validation rounds"):
+        common.chain_figures({"points": summary["points"][:2]}, "Lake")
+    assert common.rate_se(50, 100) == pytest.approx(5.0) and common.rate_se(0, 0) == 0.0
