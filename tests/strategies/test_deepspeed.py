@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra `deep
 from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
 from roll.data.batch import Batch
 from roll.strategies.deepspeed import build_ds_config
+from strategy_helpers import free_port
 
 STEPS = 5
 WORLD = 2
@@ -86,12 +86,6 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
         json.dump(result, f)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_build_ds_config_passthrough_and_defaults():
     args = TrainingArgs(per_device_train_batch_size=4, max_grad_norm=0.5)
     cfg = build_ds_config({"zero_stage": 3, "zero_optimization": {"overlap_comm": True}, "prescale_gradients": False},
@@ -107,7 +101,7 @@ def test_build_ds_config_passthrough_and_defaults():
 @pytest.mark.slow
 @pytest.mark.integration
 def test_zero2_zero3_match_fsdp2_and_sync(tiny_model_dir, tmp_path):
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), tiny_model_dir, str(tmp_path)), nprocs=WORLD, join=True)
+    torch.multiprocessing.spawn(_worker, args=(free_port(), tiny_model_dir, str(tmp_path)), nprocs=WORLD, join=True)
     res = json.loads((tmp_path / "rank0.json").read_text())
     ref = res["fsdp2"]["losses"]
     report = []

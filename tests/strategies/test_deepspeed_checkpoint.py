@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra `deep
 
 from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
 from roll.data.batch import Batch
+from strategy_helpers import free_port, nll_loss, prompt_response_batch
 from roll.utils.checkpoint import DEEPSPEED_SAFE_GLOBALS
 
 
@@ -30,17 +30,8 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def _loss(mb: Batch, logprobs: torch.Tensor, extra: dict):
-    mask = mb["response_mask"].float()
-    return -(logprobs * mask).sum() / mb.meta["global_num_tokens"] * mb.meta["dp_size"], {}
-
-
 def _batch(seed: int) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 3000, (2, 16), generator=g)
-    resp = torch.ones_like(ids)
-    resp[:, :8] = 0
-    return Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": resp})
+    return prompt_response_batch(seed, rows=2)
 
 
 def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
@@ -57,10 +48,10 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
     out: dict = {}
     first = DeepSpeedStrategy(cfg, seed=0)
     first.setup()
-    first.train_step(_batch(1), _loss)
+    first.train_step(_batch(1), nll_loss)
     ckpt = os.path.join(out_dir, "ckpt")
     first.save(ckpt)
-    out["expected"] = first.train_step(_batch(2), _loss)["loss"]
+    out["expected"] = first.train_step(_batch(2), nll_loss)["loss"]
     # a copy of the checkpoint with a payload appended to DeepSpeed's optimizer state
     bad = os.path.join(out_dir, "bad")
     shutil.copytree(ckpt, bad)
@@ -76,16 +67,10 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
     except CheckpointError as e:
         out["refused"] = str(e)
     again.load(ckpt)  # a refused load leaves the engine usable; the good checkpoint loads in full
-    out["resumed"] = again.train_step(_batch(2), _loss)["loss"]
+    out["resumed"] = again.train_step(_batch(2), nll_loss)["loss"]
     out["step"] = again.step
     with open(os.path.join(out_dir, "result.json"), "w") as f:
         json.dump(out, f)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_allowlist_names_real_deepspeed_classes():
@@ -97,7 +82,7 @@ def test_allowlist_names_real_deepspeed_classes():
 
 @pytest.mark.integration
 def test_zero2_round_trip_is_safe_and_refuses_a_payload(tiny_model_dir, tmp_path):
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), tiny_model_dir, str(tmp_path)), nprocs=1, join=True)
+    torch.multiprocessing.spawn(_worker, args=(free_port(), tiny_model_dir, str(tmp_path)), nprocs=1, join=True)
     res = json.loads((tmp_path / "result.json").read_text())
     assert res["resumed"] == pytest.approx(res["expected"], abs=1e-6)
     assert res["step"] == 2

@@ -15,10 +15,9 @@ pytest.importorskip("peft", reason="LoRA needs peft (extra `lora`)")
 
 from roll.algorithms.losses import make_actor_loss_fn
 from roll.config.algorithm import AlgorithmConfig
-from roll.config.roles import LoraArgs, StrategyArgs, TrainingArgs, WorkerConfig
-from roll.data.batch import Batch
+from roll.config.roles import LoraArgs, WorkerConfig
 from roll.models.lora import LoraError, is_adapter_name, merge_weight
-from roll.strategies.torch_train import TorchTrainStrategy
+from strategy_helpers import make_torch_train, train_batch
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
 
@@ -27,24 +26,12 @@ ACTOR_LOSS = make_actor_loss_fn(AlgorithmConfig(policy_loss="pg"))
 
 def make(model_dir, parallel="ddp", lora=None, critic=False, **train_kw):
     train_kw.setdefault("lr", 1e-2)
-    cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": parallel}),
-                       training_args=TrainingArgs(**train_kw), infer_batch_size=3,
-                       lora=LoraArgs(r=4, alpha=8.0) if lora is None else lora)
-    s = TorchTrainStrategy(cfg, critic=critic, num_training_steps=10)
-    s.setup()
-    return s
+    return make_torch_train(model_dir, parallel, critic=critic, lora=LoraArgs(r=4, alpha=8.0) if lora is None else lora,
+                            **train_kw)
 
 
 def batch(rows=4, width=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 3000, (rows, width), generator=g)
-    attn = torch.ones_like(ids)
-    attn[1, :4] = 0  # left padding
-    resp = torch.zeros_like(ids)
-    resp[:, 6:] = 1
-    resp[2, 6:9] = 0
-    return Batch({"input_ids": ids, "attention_mask": attn, "response_mask": resp,
-                  "advantages": torch.randn(rows, width, generator=g), "old_logprobs": torch.zeros(rows, width)})
+    return train_batch(rows, width, seed, critic_fields=False)
 
 
 def full(t: torch.Tensor) -> torch.Tensor:

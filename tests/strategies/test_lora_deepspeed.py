@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import pytest
 import torch
@@ -17,19 +16,11 @@ pytest.importorskip("peft", reason="LoRA needs peft (extra `lora`)")
 
 from roll.config.roles import LoraArgs, StrategyArgs, TrainingArgs, WorkerConfig
 from roll.data.batch import Batch
-
-
-def _loss(mb: Batch, logprobs: torch.Tensor, extra: dict):
-    mask = mb["response_mask"].float()
-    return -(logprobs * mask).sum() / mb.meta["global_num_tokens"] * mb.meta["dp_size"], {}
+from strategy_helpers import free_port, nll_loss, prompt_response_batch
 
 
 def _batch(seed: int) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 3000, (4, 16), generator=g)
-    resp = torch.ones_like(ids)
-    resp[:, :8] = 0
-    return Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": resp})
+    return prompt_response_batch(seed, rows=4)
 
 
 def _worker(rank: int, port: int, model_dir: str, out_dir: str, stage: int) -> None:
@@ -50,7 +41,7 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str, stage: int) -> N
     s.setup()
     before = {n: t.clone() for n, t in s._full_parameters()}
     for i in range(2):
-        s.train_step(_batch(i), _loss)
+        s.train_step(_batch(i), nll_loss)
     after = {n: t.clone() for n, t in s._full_parameters()}
     r = out[f"zero{stage}"] = {}
     r["frozen_changed"] = [n for n in before if not is_adapter_name(n) and not torch.equal(before[n], after[n])]
@@ -67,25 +58,19 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str, stage: int) -> N
     ckpt = os.path.join(out_dir, f"ckpt{stage}")
     s.save(ckpt)
     r["files"] = sorted(os.listdir(ckpt))
-    expected = s.train_step(_batch(5), _loss)["loss"]
+    expected = s.train_step(_batch(5), nll_loss)["loss"]
     again = DeepSpeedStrategy(cfg, seed=1)  # another seed: other initial adapters, so the load must restore them
     again.setup()
     again.load(ckpt)
-    r["resume"] = [expected, again.train_step(_batch(5), _loss)["loss"], again.step]
+    r["resume"] = [expected, again.train_step(_batch(5), nll_loss)["loss"], again.step]
     with open(os.path.join(out_dir, "result.json"), "w") as f:
         json.dump(out, f)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("stage", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_lora_on_zero(tiny_model_dir, tmp_path, stage):
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), tiny_model_dir, str(tmp_path), stage), nprocs=1, join=True)
+    torch.multiprocessing.spawn(_worker, args=(free_port(), tiny_model_dir, str(tmp_path), stage), nprocs=1, join=True)
     res = json.loads((tmp_path / "result.json").read_text())
     r = res[f"zero{stage}"]
     assert r["frozen_changed"] == [] and r["adapters_unchanged"] == [], (stage, r)

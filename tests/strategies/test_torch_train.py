@@ -8,9 +8,9 @@ import torch
 from roll.algorithms.losses import make_actor_loss_fn, make_critic_loss_fn
 from roll.config.algorithm import AlgorithmConfig
 from roll.config.roles import StrategyArgs, TrainingArgs, WorkerConfig
-from roll.data.batch import Batch
 from roll.strategies.base import TrainingStrategy
 from roll.strategies.torch_train import TorchTrainStrategy
+from strategy_helpers import make_torch_train, train_batch
 
 
 pytestmark = pytest.mark.usefixtures("single_rank_group")
@@ -18,24 +18,10 @@ pytestmark = pytest.mark.usefixtures("single_rank_group")
 
 def make(model_dir, parallel="ddp", critic=False, **train_kw):
     train_kw.setdefault("lr", 1e-3)
-    cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": parallel}),
-                       training_args=TrainingArgs(**train_kw), infer_batch_size=3)
-    s = TorchTrainStrategy(cfg, critic=critic, num_training_steps=10)
-    s.setup()
-    return s
+    return make_torch_train(model_dir, parallel, critic=critic, **train_kw)
 
 
-def batch(rows=4, width=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 3000, (rows, width), generator=g)
-    attn = torch.ones_like(ids)
-    attn[1, :4] = 0  # left padding
-    resp = torch.zeros_like(ids)
-    resp[:, 6:] = 1
-    resp[2, 6:9] = 0  # rows with different numbers of response tokens
-    return Batch({"input_ids": ids, "attention_mask": attn, "response_mask": resp, "advantages": torch.randn(rows, width, generator=g),
-                  "old_logprobs": torch.zeros(rows, width), "returns": torch.randn(rows, width, generator=g),
-                  "values": torch.zeros(rows, width)})
+batch = train_batch
 
 
 ACTOR_LOSS = make_actor_loss_fn(AlgorithmConfig(policy_loss="pg"))
