@@ -7,6 +7,7 @@ cannot replace measured tables with small-run numbers.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -122,3 +123,45 @@ def chain_figures(summary: dict[str, Any], tag: str) -> dict[str, Any]:
         out[f"gain_{mode}"] = out[f"end_{mode}"] - out[f"start_{mode}"]
     out["gain"] = min(out["gain_greedy"], out["gain_sampled"])
     return out
+
+
+def chain_arg_parser(description: str, out: str, seeds: list[int]) -> argparse.ArgumentParser:
+    """The options of a bench that runs a chain once per seed (see :func:`run_chain_seeds`)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help=f"default: {' '.join(map(str, seeds))} (--quick: {seeds[0]})")
+    p.add_argument("--out", default=out)
+    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before (see run_chain_seed)")
+    p.add_argument("--note", default="", help="a sentence for the docs section (e.g. which runs overlapped)")
+    p.set_defaults(default_seeds=seeds)
+    return p
+
+
+def run_chain_seeds(config: str, args: argparse.Namespace, quick_overrides: list[str],
+                    measure: Callable[[Path, dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`run_chain_seed` for every seed of a :func:`chain_arg_parser` invocation, each
+    seed's figures printed as it ends; every record is also written to ``results.json``."""
+    seeds = args.seeds or (args.default_seeds[:1] if args.quick else args.default_seeds)
+    out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
+    runs = []
+    for seed in seeds:
+        r = run_chain_seed(config, seed, out_root / f"seed-{seed}", quick_overrides if args.quick else [], args.reuse,
+                           measure)
+        runs.append(r)
+        print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
+              f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "
+              f"(greedy / sampled %; gain {r['gain_greedy']:+.1f} / {r['gain_sampled']:+.1f}), wall {r['wall_s']:.0f} s, "
+              f"load {r['load_before']} -> {r['load_after']}", flush=True)
+    (out_root / "results.json").write_text(json.dumps(runs, indent=1))
+    return runs
+
+
+def chain_cells(r: dict[str, Any], n: int) -> list[str]:
+    """A seed's untrained, SFT start and RL end table cells: greedy / sampled % ± standard error
+    (the untrained rate over ``base_episodes``, the others over ``n``)."""
+    cells = []
+    for key in ("untrained", "start", "end"):
+        nn = r["base_episodes"] if key == "untrained" else n
+        cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {rate_se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+    return cells

@@ -14,7 +14,6 @@ over seeds and decoding modes; the longest wall).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shlex
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from common import chain_figures, rate_se, result_line, run_chain_seed, write_section
+from common import chain_arg_parser, chain_cells, chain_figures, result_line, run_chain_seeds, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/frozenlake_main_cpu.yaml"
@@ -64,10 +63,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
     for r in runs:
         st = r["summary"]["stages"]
         walls = ", ".join(f"{st[k]['wall_s']:.0f}" for k in ("baseline", "demos", "sft", "grpo"))
-        cells = []
-        for key in ("untrained", "start", "end"):
-            nn = r["base_episodes"] if key == "untrained" else n
-            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {rate_se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+        cells = chain_cells(r, n)
         lines.append(f"| {r['seed']} | {cells[0]} | {cells[1]} | {cells[2]} | {r['gain_greedy']:+.1f} / "
                      f"{r['gain_sampled']:+.1f} | {walls}; {r['wall_s']:.0f} | {r['load_before']} / {r['load_after']} |")
     lines += ["", "Validation rounds of the grpo stage (step: greedy / sampled, %):", ""]
@@ -90,25 +86,9 @@ def curve(out: Path) -> list[tuple[int, dict[str, dict[str, float]]]]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 42 43 44 (--quick: 42)")
-    p.add_argument("--out", default="output/bench/main_job")
-    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before (see common.run_chain_seed)")
-    p.add_argument("--note", default="", help="a sentence for the docs section (e.g. which runs overlapped)")
-    args = p.parse_args(argv)
-    seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
-    out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
-    runs = []
-    for seed in seeds:
-        r = run_chain_seed(CONFIG, seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse,
+    args = chain_arg_parser(__doc__.split("\n\n")[0], "output/bench/main_job", [42, 43, 44]).parse_args(argv)
+    runs = run_chain_seeds(CONFIG, args, QUICK,
                            lambda out, summary: {**chain_figures(summary, TAG), "curve": curve(out)})
-        runs.append(r)
-        print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
-              f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "
-              f"(greedy / sampled %; gain {r['gain_greedy']:+.1f} / {r['gain_sampled']:+.1f}), wall {r['wall_s']:.0f} s, "
-              f"load {r['load_before']} -> {r['load_after']}", flush=True)
-    (out_root / "results.json").write_text(json.dumps(runs, indent=1))
     result = result_line({"main_gain_pp": round(min(r["gain"] for r in runs), 1),
                           "main_wall_s": round(max(r["wall_s"] for r in runs))})
     given = list(argv if argv is not None else sys.argv[1:])

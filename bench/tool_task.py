@@ -15,7 +15,6 @@ decoding modes; the success figures are greedy, averaged over seeds).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shlex
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from common import chain_figures, rate_se, result_line, run_chain_seed, write_section
+from common import chain_arg_parser, chain_cells, chain_figures, result_line, run_chain_seeds, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/tool_arith_cpu.yaml"
@@ -97,10 +96,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
     for r in runs:
         st = r["summary"]["stages"]
         walls = ", ".join(f"{st[k]['wall_s']:.0f}" for k in STAGES)
-        cells = []
-        for key in ("untrained", "start", "end"):
-            nn = r["base_episodes"] if key == "untrained" else n
-            cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {rate_se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
+        cells = chain_cells(r, n)
         rounds = r["rounds"]
         calls = f"{fmt_calls(rounds[0]['calls_greedy'])} -> {fmt_calls(rounds[-1]['calls_greedy'])}" if rounds else "-"
         lines.append(f"| {r['seed']} | {cells[0]} | {cells[1]} | {cells[2]} | {r['gain_greedy']:+.1f} / "
@@ -115,24 +111,8 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="one seed, tiny stages; prints, never writes docs")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 42 43 (--quick: 42)")
-    p.add_argument("--out", default="output/bench/tool_task")
-    p.add_argument("--reuse", action="store_true", help="read back seeds whose run finished before")
-    p.add_argument("--note", default="", help="a sentence for the docs section (e.g. which runs overlapped)")
-    args = p.parse_args(argv)
-    seeds = args.seeds or ([42] if args.quick else [42, 43])
-    out_root = (ROOT / args.out / ("quick" if args.quick else "full")).resolve()
-    runs = []
-    for seed in seeds:
-        r = run_chain_seed(CONFIG, seed, out_root / f"seed-{seed}", QUICK if args.quick else [], args.reuse, measure)
-        runs.append(r)
-        print(f"seed {seed}: untrained {r['untrained_greedy']:.1f} / {r['untrained_sampled']:.1f}, "
-              f"SFT {r['start_greedy']:.1f} / {r['start_sampled']:.1f}, RL {r['end_greedy']:.1f} / {r['end_sampled']:.1f} "
-              f"(greedy / sampled %; gain {r['gain_greedy']:+.1f} / {r['gain_sampled']:+.1f}), wall {r['wall_s']:.0f} s, "
-              f"load {r['load_before']} -> {r['load_after']}", flush=True)
-    (out_root / "results.json").write_text(json.dumps(runs, indent=1))
+    args = chain_arg_parser(__doc__.split("\n\n")[0], "output/bench/tool_task", [42, 43]).parse_args(argv)
+    runs = run_chain_seeds(CONFIG, args, QUICK, measure)
 
     def mean(key: str) -> float:
         return round(sum(r[key] for r in runs) / len(runs), 1)

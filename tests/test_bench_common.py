@@ -62,8 +62,18 @@ def test_every_bench_writes_docs_only_through_the_shared_writer(path):
     for call in calls:
         kw = {k.arg for k in call.keywords}
         assert "quick" in kw, f"{path.name}:{call.lineno}: write_section without quick="
-    # --quick is an option of every bench
-    assert '"--quick"' in src, path.name
+    # --quick is an option of every bench (the chain benches get it from common.chain_arg_parser)
+    assert '"--quick"' in src or "chain_arg_parser(" in src, path.name
+
+
+def test_chain_arg_parser_and_cells(common):
+    p = common.chain_arg_parser("a chain bench", "output/bench/x", [42, 43])
+    args = p.parse_args(["--quick", "--note", "busy"])
+    assert (args.quick, args.seeds, args.default_seeds, args.out, args.note) == (True, None, [42, 43], "output/bench/x", "busy")
+    r = {"base_episodes": 4, **{f"{k}_{m}": 50.0 for k in ("untrained", "start", "end") for m in ("greedy", "sampled")}}
+    r["end_sampled"] = 100.0
+    # untrained over base_episodes=4 (se 25), the others over n=16 (se 12.5; 0 at 100 %)
+    assert common.chain_cells(r, 16) == ["50.0 ± 25.0 / 50.0 ± 25.0", "50.0 ± 12.5 / 50.0 ± 12.5", "50.0 ± 12.5 / 100.0 ± 0.0"]
 
 
 def test_chain_figures_reads_untrained_sft_start_and_rl_end(common):
