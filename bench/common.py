@@ -72,6 +72,20 @@ def rate_se(pct: float, n: int) -> float:
     return 100 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
 
 
+def run_logged(cmd: list[str], log: Path, what: str) -> float:
+    """Run ``cmd`` from the repository root (Ray usage stats off, Hugging Face offline), its
+    output to ``log``; the wall seconds. A non-zero exit raises with the log's last 30 lines."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        tail = log.read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError(f"{what} failed (exit {rc}, log {log}):\n" + "\n".join(tail))
+    return wall
+
+
 def run_chain_seed(config: str, seed: int, out: Path, extra: list[str], reuse: bool,
                    measure: Callable[[Path, dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
     """One fresh `roll run` of a chain config for ``seed`` in ``out``, timed from start to exit:
@@ -88,17 +102,9 @@ def run_chain_seed(config: str, seed: int, out: Path, extra: list[str], reuse: b
         shutil.rmtree(out)
     out.mkdir(parents=True)
     cmd = [sys.executable, "-m", "roll.cli", "run", config, f"seed={seed}", f"output_dir={out}", *extra]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     load_before = loadavg()
     print(f"$ {shlex.join(['roll', *cmd[3:]])}   (load average {load_before})", flush=True)
-    t0 = time.perf_counter()
-    log_path = out.parent / f"{out.name}.log"
-    with open(log_path, "w") as log:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - t0
-    if rc != 0:
-        tail = log_path.read_text(errors="replace").splitlines()[-30:]
-        raise RuntimeError(f"seed {seed}: roll run failed (exit {rc}):\n" + "\n".join(tail))
+    wall = run_logged(cmd, out.parent / f"{out.name}.log", f"seed {seed}: roll run")
     summary = json.loads((out / "summary.json").read_text())
     result = {"seed": seed, "wall_s": wall, "load_before": load_before, "load_after": loadavg(), "summary": summary,
               **measure(out, summary)}

@@ -24,18 +24,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
-import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from common import write_section
+from common import run_logged, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = "configs/agentic/learning"
@@ -214,16 +211,9 @@ def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False)
             return float(done["wall_s"])
     marker.unlink(missing_ok=True)
     print(f"$ {shlex.join(cmd)}", flush=True)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
     log.parent.mkdir(parents=True, exist_ok=True)
     with _SLOTS or contextlib.nullcontext():
-        t0 = time.perf_counter()
-        with open(log, "w") as f:
-            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-        wall = time.perf_counter() - t0
-    if rc != 0:
-        tail = log.read_text(errors="replace").splitlines()[-30:]
-        raise RuntimeError(f"stage failed (exit {rc}, log {log}):\n" + "\n".join(tail))
+        wall = run_logged(cmd, log, "stage")
     print(f"  done in {wall:.0f} s", flush=True)
     marker.write_text(json.dumps({"cmd": cmd[2:], "wall_s": wall}))
     return wall

@@ -87,3 +87,12 @@ def test_chain_figures_reads_untrained_sft_start_and_rl_end(common):
     with pytest.raises(ValueError, match="first and last validation rounds"):
         common.chain_figures({"points": summary["points"][:2]}, "Lake")
     assert common.rate_se(50, 100) == pytest.approx(5.0) and common.rate_se(0, 0) == 0.0
+
+
+def test_run_logged_times_a_command_and_raises_with_the_log_tail(common, tmp_path):
+    log = tmp_path / "ok.log"
+    assert common.run_logged([sys.executable, "-c", "print('hello')"], log, "ok") >= 0
+    assert log.read_text() == "hello\n"
+    with pytest.raises(RuntimeError, match=r"(?s)broken failed \(exit 3, log .*bad\.log\):\nlast words"):
+        common.run_logged([sys.executable, "-c", "print('last words'); raise SystemExit(3)"], tmp_path / "bad.log", "broken")
+
