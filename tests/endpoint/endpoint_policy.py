@@ -9,28 +9,16 @@ import roll.envs  # noqa: F401  (registers roll/AgentFunction-v0)
 from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.rollout.env_manager import EpisodeSpec
-from roll.strategies.base import GenerationResult
 from roll.workers.environment import EnvironmentWorker
+import scripted_clients
 
 
-class ScriptedPolicy:
-    """Answers request ``k`` of an episode with ``script[k]`` (the last entry repeats) as the
-    tokenizer's canonical ids plus the end-of-turn token; logprob ``-(k + 1) / 10`` per token."""
+class ScriptedPolicy(scripted_clients.ScriptedPolicy):
+    """The shared scripted policy with logprob ``-(k + 1) / 10`` per token of request ``k``, so
+    a test can tell which request wrote which tokens."""
 
     def __init__(self, tok, script):
-        self.tok, self.script = tok, script
-        self.eot = tok.convert_tokens_to_ids("<|im_end|>")
-        self.requests = []
-
-    async def generate(self, request):
-        self.requests.append(request)
-        k = request.meta["turn"]
-        ids = (self.tok.encode(self.script[min(k, len(self.script) - 1)], add_special_tokens=False) + [self.eot])
-        ids = ids[: request.max_new_tokens]
-        return GenerationResult(request.request_id, ids, [-(k + 1) / 10] * len(ids), "stop", 0)
-
-    async def abort(self, request_ids):
-        pass
+        super().__init__(tok, script, logprob=lambda k: -(k + 1) / 10)
 
 
 def run_agent_episode(tok, worker_client, function, tasks=None, *, mode="trajectory", max_new_tokens=64,

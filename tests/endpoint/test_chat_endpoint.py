@@ -135,18 +135,7 @@ def test_urls_are_scoped_to_their_episode_and_die_with_it(tok, strategy):
 @pytest.mark.integration
 def test_a_three_turn_agent_on_the_tiny_model_is_token_exact(tok, tiny_model_dir):
     from endpoint_policy import run_agent_episode
-
-    class Recording:
-        def __init__(self, inner):
-            self.inner, self.calls = inner, []
-
-        async def generate(self, request):
-            result = await self.inner.generate(request)
-            self.calls.append((request, result))
-            return result
-
-        async def abort(self, ids):
-            await self.inner.abort(ids)
+    from scripted_clients import Recording
 
     client = Recording(hf_infer.HFInferStrategy(WorkerConfig(), tiny_model_dir))
     [traj] = run_agent_episode(tok, client, "three_turns", max_new_tokens=8)

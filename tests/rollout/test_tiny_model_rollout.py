@@ -11,24 +11,9 @@ from roll.config.roles import GeneratingArgs, WorkerConfig
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.rollout.scheduler import RolloutScheduler
 from roll.workers.environment import EnvironmentWorker
+from scripted_clients import Recording
 
 hf_infer = pytest.importorskip("roll.strategies.hf_infer", reason="roll.strategies.hf_infer (HF inference strategy) is missing")
-
-
-class Recording:
-    """Delegates to the strategy and keeps every request and result."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls = []
-
-    async def generate(self, request):
-        result = await self.inner.generate(request)
-        self.calls.append((request, result))
-        return result
-
-    async def abort(self, ids):
-        await self.inner.abort(ids)
 
 
 def test_tiny_model_trajectories_are_token_exact_on_real_envs(tok, tiny_model_dir):

@@ -10,31 +10,12 @@ from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.rollout.env_manager import EpisodeSpec
 from roll.rollout.metrics import episode_metrics
-from roll.strategies.base import GenerationResult
 from roll.workers.environment import EnvironmentWorker
+from scripted_clients import ScriptedPolicy
 
 
 def call(name, **arguments):
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-class ScriptedPolicy:
-    """Answers turn ``t`` with ``script[t]`` (the last entry repeats), as the tokenizer's
-    canonical ids plus the end-of-turn token; keeps every request."""
-
-    def __init__(self, tok, script):
-        self.tok, self.script = tok, script
-        self.eot = tok.convert_tokens_to_ids("<|im_end|>")
-        self.requests = []
-
-    async def generate(self, request):
-        self.requests.append(request)
-        text = self.script[min(request.meta["turn"], len(self.script) - 1)]
-        ids = (self.tok.encode(text, add_special_tokens=False) + [self.eot])[: request.max_new_tokens]
-        return GenerationResult(request.request_id, ids, [-0.5] * len(ids), "stop", 0)
-
-    async def abort(self, request_ids):
-        pass
 
 
 def run(tok, policy, env_kwargs, max_turns, mode="trajectory", max_context_tokens=4096):
