@@ -111,6 +111,24 @@ def generates_within(cluster, seconds: float) -> int:
     return ray.get(cluster.workers[0].generate.remote(req), timeout=seconds).policy_version
 
 
+def kill_and_await_restart(ray_cluster, worker) -> None:
+    """Kill an idle inference worker and wait until Ray has restarted it (a new pid answers
+    ``ping``, which needs no setup)."""
+    import ray
+
+    old_pid = ray.get(worker.ping.remote())["pid"]
+    ray_cluster.kill(worker, no_restart=False)
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while True:
+        try:
+            if ray.get(worker.ping.remote(), timeout=10)["pid"] != old_pid:
+                break
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass
+        assert time.monotonic() < deadline, "Ray did not restart the killed inference worker"
+        time.sleep(0.2)
+
+
 def _fail_send(worker) -> None:
     def send(*args, **kwargs):
         raise RuntimeError("injected send failure")
@@ -175,20 +193,7 @@ def test_receiver_failing_to_pause_is_named_and_the_other_resumes(setup):
 
 
 def test_receiver_restarted_while_idle_is_set_up_and_relinked(setup, ray_cluster):
-    import ray
-
-    worker = setup.colo.workers[0]
-    old_pid = ray.get(worker.ping.remote())["pid"]
-    ray_cluster.kill(worker, no_restart=False)  # no call in flight: the cluster does not see it
-    deadline = time.monotonic() + CALL_TIMEOUT_S
-    while True:  # wait for Ray's restart (ping needs no setup)
-        try:
-            if ray.get(worker.ping.remote(), timeout=10)["pid"] != old_pid:
-                break
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass
-        assert time.monotonic() < deadline, "Ray did not restart the killed inference worker"
-        time.sleep(0.2)
+    kill_and_await_restart(ray_cluster, setup.colo.workers[0])  # no call in flight: the cluster does not see it
     setup.train_step()
     metrics = setup.mu.update()  # notices the new pid and the missing setup: sets up, relinks, retries
     version = int(metrics["model_update/version"])
@@ -320,23 +325,10 @@ def test_fast_path_hung_receiver_is_named_within_the_timeout_and_keeps_its_weigh
 
 
 def test_fast_path_relinks_a_receiver_killed_between_updates(setup, ray_cluster):
-    import ray
-
     fast = fast_group(setup)
     version = next_version(setup)
     fast.update(version)
-    worker = setup.colo.workers[0]
-    old_pid = ray.get(worker.ping.remote())["pid"]
-    ray_cluster.kill(worker, no_restart=False)
-    deadline = time.monotonic() + CALL_TIMEOUT_S
-    while True:
-        try:
-            if ray.get(worker.ping.remote(), timeout=10)["pid"] != old_pid:
-                break
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass
-        assert time.monotonic() < deadline, "Ray did not restart the killed inference worker"
-        time.sleep(0.2)
+    kill_and_await_restart(ray_cluster, setup.colo.workers[0])
     setup.train_step()
     metrics = fast.update(version + 1)  # the trainer sees the dead pid: staged update, relink
     assert metrics["model_update/fast_path"] == 0.0 and setup.versions()[0] == version + 1
