@@ -105,19 +105,25 @@ def test_update_gives_trainer_logprobs_on_both_paths(runtime):
         assert res.policy_version == 1 and len(res.output_ids) >= 1
 
 
-def test_killed_inference_worker_reported_and_restarted(runtime, ray_cluster):
+def kill_mid_call(ray_cluster, worker, fut, named: str) -> None:
+    """Kill ``worker`` while ``fut`` runs on it: the call fails with a WorkerDiedError that names
+    the worker, within the call timeout."""
     from roll.distributed.cluster import WorkerDiedError
 
+    ray_cluster.kill(worker, no_restart=False)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=named):
+        fut.get()
+    assert time.monotonic() - t0 < CALL_TIMEOUT_S
+
+
+def test_killed_inference_worker_reported_and_restarted(runtime, ray_cluster):
     req = GenerationRequest("long", [5, 6, 7], max_new_tokens=4000, seed=0, meta={"ignore_eos": True})
     fut = runtime.remote.call_async("generate", req, mode="rank0")
     time.sleep(1.0)
     done, _ = ray_cluster.wait(fut.refs, timeout=0)
     assert not done, "generation finished before the kill"
-    ray_cluster.kill(runtime.remote.workers[0], no_restart=False)
-    t0 = time.monotonic()
-    with pytest.raises(WorkerDiedError, match="actor_infer_remote rank 0"):
-        fut.get()
-    assert time.monotonic() - t0 < CALL_TIMEOUT_S
+    kill_mid_call(ray_cluster, runtime.remote.workers[0], fut, "actor_infer_remote rank 0")
     # the next call waits for the restart and sets the new process up, which then serves nothing
     # until it holds the current weights (it would generate from the pretrained model otherwise)
     from roll.errors import WorkerUnavailableError
@@ -133,19 +139,13 @@ def test_killed_inference_worker_reported_and_restarted(runtime, ray_cluster):
 
 
 def test_killed_trainer_rank_reported_and_group_restarted(runtime, ray_cluster):
-    from roll.distributed.cluster import WorkerDiedError
-
     # large enough to take seconds per rank (128 micro-batches each), so the kill lands mid-step
     big = make_batch(runtime.vocab, rows=512, width=256, seed=2)
     fut = runtime.train.call_async("train_step", big, runtime.loss_fn, mode="dp")
     time.sleep(0.5)
     done, _ = ray_cluster.wait(fut.refs, num_returns=len(fut.refs), timeout=0)
     assert not done, "the train step finished before the kill: the test batch is too small"
-    ray_cluster.kill(runtime.train.workers[1], no_restart=False)
-    t0 = time.monotonic()
-    with pytest.raises(WorkerDiedError, match="actor_train rank 1"):
-        fut.get()
-    assert time.monotonic() - t0 < CALL_TIMEOUT_S
+    kill_mid_call(ray_cluster, runtime.train.workers[1], fut, "actor_train rank 1")
     # the whole data-parallel group restarts and re-rendezvous; the next call is served
     metrics = runtime.train.call("train_step", make_batch(runtime.vocab), runtime.loss_fn, mode="dp")
     assert len(metrics) == 2 and torch.isfinite(torch.tensor(metrics[0]["actor/loss"]))
