@@ -1,12 +1,12 @@
 """bench/common.py: one section writer for docs/benchmarks.md that a --quick run never calls
 through to the file, the RESULT line, and every bench using them."""
 import ast
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from bench_loader import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in ("common.py", "__main__.py", "gpu_check.py"))
@@ -14,10 +14,7 @@ BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in ("com
 
 @pytest.fixture(scope="module")
 def common():
-    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "common.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("common")
 
 
 def test_write_section_replaces_only_its_own(common, tmp_path):

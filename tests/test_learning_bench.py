@@ -1,23 +1,18 @@
 """bench/learning.py: argument handling, the --quick sizes, metric parsing, gains, the curve
 PNG and the docs section rewrite (the chain itself runs the CLI: see `python bench/learning.py --quick`)."""
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from bench_loader import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "bench"))  # the benches import bench/common.py as `common`
-    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "bench" / "learning.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("learning")
 
 
 def test_args_and_quick_sizes(bench):

@@ -1,34 +1,21 @@
 """bench/rollout.py's real-engine helpers (step-curve fit, lower bound) and bench/async_e2e.py's
 config composition and run summaries: pure functions, no engine."""
-import importlib.util
 import math
 import random
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))  # the benches import bench/common.py by name
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench_loader import load_bench
 
 
 @pytest.fixture(scope="module")
 def rb():
-    return _load("rollout")
+    return load_bench("rollout")
 
 
 @pytest.fixture(scope="module")
 def e2e():
-    return _load("async_e2e")
+    return load_bench("async_e2e")
 
 
 def test_fit_recovers_a_line_and_clamps(rb):

@@ -1,24 +1,15 @@
 """bench/scaling.py: the projection of bench/rollout.py's cost model to many GPUs. Small sizes
 only (the engine runs on a virtual clock, so these take seconds)."""
-import importlib.util
 import math
-import sys
 import time
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from bench_loader import load_bench
 
 
 @pytest.fixture(scope="module")
 def sc():
-    sys.path.insert(0, str(ROOT / "bench"))  # the benches import bench/common.py and bench/rollout.py by name
-    spec = importlib.util.spec_from_file_location("bench_scaling", ROOT / "bench" / "scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("scaling")
 
 
 @pytest.fixture(scope="module")

@@ -96,16 +96,9 @@ def test_shipped_data_is_what_the_generator_writes(tmp_path):
 
 
 def test_learning_bench_data_and_docs_section(tmp_path):
-    import importlib.util
-    from pathlib import Path
+    from bench_loader import load_bench
 
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    sys.path.insert(0, str(root / "bench"))  # the benches import bench/common.py as `common`
-    spec = importlib.util.spec_from_file_location("bench_rlvr_learning", root / "bench" / "rlvr_learning.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("rlvr_learning")
     sizes = bench.make_data(tmp_path, seed=0, noise=0.3)
     rows = {name: [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
             for name in ("sft", "rl", "val")}

@@ -2,21 +2,15 @@
 dry run); the GPU run itself is recorded in docs/benchmarks.md when a GPU machine ran it."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
+from bench_loader import load_bench
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_check")
 
 
 def test_args_defaults_quick_and_validation(gpu_check):
