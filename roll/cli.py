@@ -82,6 +82,12 @@ class _RunLog:
         finally:
             self.handler.release()
 
+    def __enter__(self) -> "_RunLog":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(exc)  # a failure is written to the log and still raised (returns None)
+
     def close(self, exc: BaseException | None = None) -> None:
         if exc is not None:
             self.write("run failed:\n" + "".join(traceback.format_exception(exc)))
@@ -106,29 +112,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     # a local cluster is this machine, so its placement can be checked before anything starts;
     # a remote cluster's is checked by the pipeline once connected
     check(cfg, placement=cfg.ray.address is None)
-    log = _RunLog(cfg.output_dir)
-    args.run_log = log.path
-    try:
+    with _RunLog(cfg.output_dir) as log:
+        args.run_log = log.path
         pipeline = PIPELINES.get(cfg.pipeline)(cfg)
         pipeline.run()
-    except BaseException as e:
-        log.close(e)
-        raise
-    log.close()
     return 0
 
 
 def _run_chain(args: argparse.Namespace) -> int:
     """``roll run CHAIN.yaml``: the stages in order (roll/pipelines/chain.py), one run.log."""
     chain, stages = load_entry_point("roll.pipelines.chain:load_chain")(args.config, args.overrides)
-    log = _RunLog(chain.output_dir)
-    args.run_log = log.path
-    try:
+    with _RunLog(chain.output_dir) as log:
+        args.run_log = log.path
         load_entry_point("roll.pipelines.chain:run_chain")(chain, stages)
-    except BaseException as e:
-        log.close(e)
-        raise
-    log.close()
     return 0
 
 
