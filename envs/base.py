@@ -58,6 +58,12 @@ def grid_text_space(symbols: str, max_length: int = MAX_TEXT_LENGTH) -> Text:
     return Text(max_length, min_length=0, charset=BASE_CHARSET + "".join(sorted(set(symbols))))
 
 
+def check_render_mode(env: gym.Env, render_mode: str | None) -> None:
+    """Raise unless ``render_mode`` is None or one of the env's ``metadata["render_modes"]``."""
+    if render_mode is not None and render_mode not in env.metadata["render_modes"]:
+        raise ValueError(f"render_mode {render_mode!r} not in {env.metadata['render_modes']}")
+
+
 def build_parser_config(
     parser: ParserConfig | Mapping[str, Any] | None = None,
     *,
@@ -112,8 +118,7 @@ class TextEnv(gym.Env[str, str]):
     ):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
+        check_render_mode(self, render_mode)
         self.max_steps = int(max_steps)
         self.render_mode = render_mode
         self.parser_config = build_parser_config(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from roll.envs.base import UnicodeText
+from roll.envs.base import UnicodeText, check_render_mode
 
 API_KEY = "roll-local"  # the endpoint checks no key; the openai client insists on one
 
@@ -86,8 +86,7 @@ class AgentFunctionEnv(gym.Env[str, str]):
             raise ImportError("roll/AgentFunction-v0 hands the function an openai client: pip install 'roll[agents]'")
         if timeout_s <= 0 or max_requests < 1:
             raise ValueError(f"timeout_s must be > 0 and max_requests >= 1, got {timeout_s}, {max_requests}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
+        check_render_mode(self, render_mode)
         self.function_spec = str(function)
         self.function = load_function(function)
         # an async def, or an object whose __call__ is one

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText
+from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText, check_render_mode
 from roll.envs.parsing import ParserConfig, extract_answer
 
 #: Problem forms: operand ranges (inclusive) and how the operands make the expression.
@@ -67,8 +67,7 @@ class ArithEnv(gym.Env[str, str]):
             raise ValueError(f"style must be one of {list(STYLES)}, got {style!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
+        check_render_mode(self, render_mode)
         self.forms = forms
         self.style = style
         self.max_attempts = int(max_attempts)

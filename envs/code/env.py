@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
-from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText
+from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText, check_render_mode
 from roll.envs.code.problems import Problem, load_problems
 from roll.envs.parsing import ParserConfig
 
@@ -61,8 +61,7 @@ class CodeSandboxEnv(gym.Env[str, str]):
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
+        check_render_mode(self, render_mode)
         self.problems = list(problems) if problems is not None else load_problems(difficulty, problem_ids)
         if not self.problems:
             raise ValueError("CodeSandboxEnv needs at least one problem")

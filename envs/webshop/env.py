@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 import gymnasium as gym
 from gymnasium import spaces
 
-from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText, build_parser_config
+from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText, build_parser_config, check_render_mode
 from roll.envs.parsing import ParserConfig, extract_answer
 from roll.envs.webshop import pages
 from roll.envs.webshop.catalog import Catalog, load_catalog
@@ -75,8 +75,7 @@ class WebShopEnv(gym.Env):
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r} not supported; use one of {self.metadata['render_modes']}")
+        check_render_mode(self, render_mode)
         self.split, self.max_steps, self.render_mode = split, max_steps, render_mode
         self.catalog: Catalog = load_catalog(catalog_path)
         self.goal_list = self.catalog.goals(split)
