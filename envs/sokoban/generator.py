@@ -81,21 +81,15 @@ def _reverse_bfs(layout: Layout, depth_limit: int, min_length: int) -> tuple[lis
                 pp = q - d
                 if not floor[pp] or bx >> pp & 1:
                     continue
-                k1 = (bx << 16) | pp
-                if k1 not in seen:
-                    seen.add(k1)
-                    nxt.append(k1)
-                    if depth >= min_length and not bx & solved:
-                        cand_keys.append(k1)
-                        cand_depth.append(depth)
-                if bx >> (q + d) & 1:  # pull the box in front of the player along
-                    nb = (bx ^ (1 << (q + d))) | (1 << q)
-                    k2 = (nb << 16) | pp
-                    if k2 not in seen:
-                        seen.add(k2)
-                        nxt.append(k2)
+                # step back alone, and where a box is in front of the player, also pulling it along
+                pulled = (bx, (bx ^ (1 << (q + d))) | (1 << q)) if bx >> (q + d) & 1 else (bx,)
+                for nb in pulled:
+                    k = (nb << 16) | pp
+                    if k not in seen:
+                        seen.add(k)
+                        nxt.append(k)
                         if depth >= min_length and not nb & solved:
-                            cand_keys.append(k2)
+                            cand_keys.append(k)
                             cand_depth.append(depth)
         frontier = nxt
     return cand_keys, cand_depth
