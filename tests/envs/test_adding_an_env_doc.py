@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from play_cli import play_cli
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "adding_an_env.md"
 
@@ -47,14 +47,7 @@ def test_the_doc_example_registers_passes_the_checker_and_is_solved(user_package
 
 
 def test_the_doc_example_plays_in_the_terminal(user_package):
-    proc = subprocess.run(
-        [sys.executable, "-m", "roll", "envs", "play", "myproject/GuessNumber-v0", "--import", "my_envs.guess", "--seed", "3"],
-        input="10\nplan\nquit\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(user_package),
-        env={**__import__("os").environ, "PYTHONPATH": str(user_package)},
-    )
+    proc = play_cli("myproject/GuessNumber-v0", "--import", "my_envs.guess", "--seed", "3", typed="10\nplan\nquit\n",
+                    cwd=str(user_package), pythonpath=str(user_package))
     assert proc.returncode == 0, proc.stderr
     assert "Guess my number" in proc.stdout and "expert plan: [" in proc.stdout

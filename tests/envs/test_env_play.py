@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 
+from play_cli import play_cli
 from roll.envs.play import play
 
 
@@ -43,13 +42,6 @@ def test_unknown_env_id():
 
 
 def test_cli_dispatches_to_play():
-    proc = subprocess.run(
-        [sys.executable, "-m", "roll", "envs", "play", "roll/Sokoban-v0", "--seed", "3", "--kwargs", "max_steps=5"],
-        input="right\nquit\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
+    proc = play_cli("roll/Sokoban-v0", "--seed", "3", "--kwargs", "max_steps=5", typed="right\nquit\n", cwd="/")
     assert proc.returncode == 0, proc.stderr
     assert "seed 3" in proc.stdout and "You have 5 moves" in proc.stdout
