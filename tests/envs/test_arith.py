@@ -2,7 +2,6 @@
 reward, and the tool-using expert through the real roll/Tools-v0 with the real calculator."""
 from __future__ import annotations
 
-import json
 
 import gymnasium as gym
 import numpy as np

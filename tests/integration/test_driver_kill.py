@@ -3,7 +3,6 @@ training and checkpoint writing: the latest good checkpoint is never damaged, re
 and no process of the run's local Ray cluster outlives the driver by more than a few seconds."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
