@@ -379,8 +379,16 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     ``A^E``: episode return (sum of its steps' rewards) normalised over episodes with
     ``reward_norm``; ``A^S``: discounted return from the step (``gamma``) normalised within
     its anchor group ``(group_id, state_key)`` with ``reward_norm.method``.
+
+    ``balance_episodes`` (default false): ``A^E`` on each token is scaled by ``n_g / n_e``,
+    ``n_e`` the model tokens of the episode and ``n_g`` the mean over the episodes of its
+    group, so each episode weighs the same in a token-mean loss and ``A^E`` sums to zero over
+    each group's tokens. Without it an episode counts with its length: when failing episodes
+    run to the turn limit and successes end early, the group's tokens carry a net negative
+    advantage, a push off every sampled token whose gradient lands on the LM-head rows of
+    tokens never sampled, always in the same direction (see tag_diagnostics, ``adv_mean``).
     """
-    args = estimator_args(cfg, {"step_weight": 1.0})
+    args = estimator_args(cfg, {"step_weight": 1.0, "balance_episodes": False})
     for name in ("state_keys", "episode_ids", "step_ids"):
         if getattr(inputs, name) is None:
             raise ValueError(f"adv_estimator 'gigpo' needs step-mode samples with {name} (rollout step mode)")
@@ -404,6 +412,8 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
             raise ValueError(f"episode {inputs.episode_ids[i]!r} has samples in different groups ({ep_key[e]!r}, {k!r})")
     base, scale = score_baseline(ep_return, ep_key, cfg.reward_norm.method)
     a_episode = ((ep_return - base) * scale)[ep_inv.to(device)]
+    if args["balance_episodes"]:
+        a_episode = a_episode * _episode_balance(inputs.response_mask, ep_inv, n_ep, ep_key).to(dtype)
 
     # Step-level: discounted return from each step to the end of its episode.
     by_episode: dict[int, list[int]] = {}
@@ -426,9 +436,45 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     s_base, s_scale = score_baseline(step_return, anchors, cfg.reward_norm.method)
     a_step = (step_return - s_base) * s_scale
     adv = _broadcast(a_episode + args["step_weight"] * a_step, inputs.response_mask)
-    _, n_anchor = group_index(anchors)
+    anchor_inv, n_anchor = group_index(anchors)
     metrics = {"reward/gigpo_anchor_groups": float(n_anchor), "reward/gigpo_steps": float(B)}
+    metrics.update(_gigpo_tag_metrics(inputs.tags, a_episode, args["step_weight"] * a_step, step_return, anchor_inv, n_anchor))
     return AdvantageOutputs(adv, _broadcast(step_return, inputs.response_mask), metrics)
+
+
+def _episode_balance(mask: torch.Tensor, ep_inv: torch.Tensor, n_ep: int, ep_key: list[Any]) -> torch.Tensor:
+    """[B] per-sample weight ``n_g / n_e``: model tokens of the sample's episode (``n_e``)
+    against the mean over the episodes of its group (``n_g``); 1 for an episode without tokens."""
+    tokens = mask.to(torch.float64).sum(-1)
+    ep_tokens = torch.zeros(n_ep, dtype=torch.float64, device=tokens.device).index_add_(0, ep_inv.to(tokens.device), tokens)
+    g_inv, n_g = group_index(ep_key)
+    g_mean, _, _ = group_stats(ep_tokens, g_inv, n_g)
+    w = torch.where(ep_tokens > 0, g_mean[g_inv.to(tokens.device)] / ep_tokens.clamp(min=1.0), torch.ones_like(ep_tokens))
+    return w[ep_inv.to(tokens.device)].to(mask.device)
+
+
+def _gigpo_tag_metrics(tags: Optional[Sequence[str]], a_episode: torch.Tensor, a_step: torch.Tensor,
+                       step_return: torch.Tensor, anchor_inv: torch.Tensor, n_anchor: int) -> dict[str, float]:
+    """Per tag: mean |episode part| and |step part| of the GiGPO advantage per sample, and the
+    share of anchor groups (>= 2 steps) whose step returns differ by less than 0.1 but not
+    by nothing (only discounting or move costs tell them apart; mean_std blows that up to 1)."""
+    if tags is None:
+        return {}
+    _, std, count = group_stats(step_return.double(), anchor_inv, n_anchor)
+    out: dict[str, float] = {}
+    inv_l = anchor_inv.tolist()
+    for tag in dict.fromkeys(tags):
+        rows = [i for i, t in enumerate(tags) if t == tag]
+        p = f"reward/{tag}/"
+        out[p + "gigpo_episode_adv_absmean"] = float(a_episode[rows].abs().mean())
+        out[p + "gigpo_step_adv_absmean"] = float(a_step[rows].abs().mean())
+        groups = sorted({inv_l[i] for i in rows})
+        shared = [g for g in groups if count[g] > 1]
+        out[p + "gigpo_shared_anchor_share"] = len(shared) / max(len(groups), 1)
+        if shared:
+            s = std[shared]
+            out[p + "gigpo_small_std_anchor_share"] = float(((s > STD_EPS) & (s < 0.1)).double().mean())
+    return out
 
 
 def _first_model_value(x: torch.Tensor, mask: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
@@ -437,6 +483,64 @@ def _first_model_value(x: torch.Tensor, mask: torch.Tensor, fallback: torch.Tens
     first = m.long().argmax(-1)
     val = x.gather(1, first[:, None]).squeeze(1)
     return torch.where(m.any(-1), val, fallback)
+
+
+# ---- per-tag diagnostics --------------------------------------------------------------------
+def episode_scores(inputs: AdvantageInputs) -> tuple[torch.Tensor, list[Any], list[Any]]:
+    """``(scores [E], group key per episode, tag per episode)``: step-mode samples (with
+    ``episode_ids``) summed per episode, else one episode per row."""
+    scores = sequence_scores(inputs)
+    tags = list(inputs.tags) if inputs.tags is not None else [None] * inputs.batch_size
+    gid = inputs.group_ids.tolist() if isinstance(inputs.group_ids, torch.Tensor) else list(inputs.group_ids)
+    if inputs.episode_ids is None:
+        return scores, gid, tags
+    inv, n = group_index(inputs.episode_ids)
+    ep = torch.zeros(n, dtype=scores.dtype, device=scores.device).index_add_(0, inv.to(scores.device), scores)
+    groups: list[Any] = [None] * n
+    ep_tags: list[Any] = [None] * n
+    for i, e in enumerate(inv.tolist()):
+        if groups[e] is None:
+            groups[e], ep_tags[e] = gid[i], tags[i]
+    return ep, groups, ep_tags
+
+
+def tag_diagnostics(inputs: AdvantageInputs, adv: torch.Tensor) -> dict[str, float]:
+    """Per env tag ``reward/<tag>/...``: what each env contributes to the policy gradient.
+
+    - ``adv_mean`` / ``adv_std`` / ``adv_absmax`` over the tag's model tokens. ``adv_mean`` is
+      the token-weighted mean the token-mean loss sees: nonzero when episodes of different
+      lengths (step-mode samples, turns) carry advantages of different sign, e.g. long failing
+      episodes against short successful ones (a net push off every sampled token);
+    - ``group_score_std``: mean over groups (>= 2 episodes) of the std of episode scores;
+      ``zero_std_groups``: share of those groups whose scores are all equal (std <= STD_EPS:
+      no signal); ``small_std_groups``: share with std < 0.1 (mean_std normalisation turns
+      such differences, e.g. only move costs, into advantages of size 1);
+    - ``tokens``: the tag's model tokens in the batch.
+    """
+    if inputs.tags is None or inputs.batch_size == 0:
+        return {}
+    m = inputs.response_mask.bool()
+    ep_score, ep_group, ep_tag = episode_scores(inputs)
+    out: dict[str, float] = {}
+    for tag in dict.fromkeys(inputs.tags):
+        rows = torch.tensor([t == tag for t in inputs.tags], device=m.device)
+        sel = adv[m & rows[:, None]].double()
+        p = f"reward/{tag}/"
+        out[p + "tokens"] = float(sel.numel())
+        if sel.numel():
+            out[p + "adv_mean"] = float(sel.mean())
+            out[p + "adv_std"] = float(sel.std(unbiased=False))
+            out[p + "adv_absmax"] = float(sel.abs().max())
+        eps = [e for e, t in enumerate(ep_tag) if t == tag]
+        if eps:
+            inv, n = group_index([ep_group[e] for e in eps])
+            _, std, count = group_stats(ep_score[eps].double(), inv, n)
+            std = std[count > 1]
+            if std.numel():
+                out[p + "group_score_std"] = float(std.mean())
+                out[p + "zero_std_groups"] = float((std <= STD_EPS).double().mean())
+                out[p + "small_std_groups"] = float((std < 0.1).double().mean())
+    return out
 
 
 # ---- the pipeline's entry point ------------------------------------------------------------
@@ -479,5 +583,6 @@ def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[floa
         raise FloatingPointError(f"advantage estimator {cfg.adv_estimator!r} produced NaN/inf")
     metrics.update(out.metrics)
     metrics.update(_summary("reward/advantages", adv, m))
+    metrics.update(tag_diagnostics(inputs, adv))
     metrics.update(_summary("reward/returns", returns, m))
     return AdvantageOutputs(adv, returns, metrics)
