@@ -249,7 +249,8 @@ def curves(rows: list[dict[str, Any]], tag: str) -> dict[str, list[tuple[int, fl
 
 
 def gains(c: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
-    """Start (step 0) and end (last validation) success, in points, and the gains."""
+    """Start (step 0), peak (best round, and its step) and end (last validation) success, in
+    points, and the gains (end - start)."""
     out: dict[str, float] = {}
     for mode in ("sampled", "greedy"):
         pts = c[f"val_{mode}"]
@@ -257,6 +258,8 @@ def gains(c: dict[str, list[tuple[int, float]]]) -> dict[str, float]:
             raise ValueError(f"validation {mode}: need step 0 and a later round, got steps {[s for s, _ in pts]}")
         out[f"{mode}_start"] = 100.0 * pts[0][1]
         out[f"{mode}_end"] = 100.0 * pts[-1][1]
+        peak_step, peak = max(pts, key=lambda p: (p[1], -p[0]))
+        out[f"{mode}_peak"], out[f"{mode}_peak_step"] = 100.0 * peak, float(peak_step)
         out[f"{mode}_gain"] = out[f"{mode}_end"] - out[f"{mode}_start"]
     out["gain"] = min(out["sampled_gain"], out["greedy_gain"])
     return out
@@ -368,11 +371,14 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
         lines += ["", "Generalisation (`multi_env_grpo.yaml`: GRPO on simple Sokoban + FrozenLake from one SFT "
                   "start on both envs' demonstrations; validation on held-out seeds, the Sokoban variants never "
                   f"trained on; RL wall {r['wall_s']['grpo']:.0f} s):", "",
-                  "| validation env | greedy start | greedy end | sampled start | sampled end | gain (pp) |",
-                  "|---|---|---|---|---|---|"]
+                  "| validation env | greedy start | greedy peak (step) | greedy end | sampled start | "
+                  "sampled peak (step) | sampled end | gain (pp) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for t, g in r["algos"]["grpo"]["per_tag"].items():
-            lines.append(f"| {t} | {g['greedy_start']:.1f} | {g['greedy_end']:.1f} | {g['sampled_start']:.1f} | "
-                         f"{g['sampled_end']:.1f} | {g['gain']:+.1f} |")
+            peak = {m: f"{g[f'{m}_peak']:.1f} ({g[f'{m}_peak_step']:.0f})" if f"{m}_peak" in g else "-"
+                    for m in ("greedy", "sampled")}
+            lines.append(f"| {t} | {g['greedy_start']:.1f} | {peak['greedy']} | {g['greedy_end']:.1f} | "
+                         f"{g['sampled_start']:.1f} | {peak['sampled']} | {g['sampled_end']:.1f} | {g['gain']:+.1f} |")
     lines += ["", "Validation success per round (step: greedy / sampled, %):", ""]
     for name, r in results.items():
         per_run = [(f"{name} {algo}", g) for algo, g in r["algos"].items()]

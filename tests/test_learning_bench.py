@@ -70,6 +70,10 @@ def test_curves_gains_and_plot(bench, tmp_path):
     g = bench.gains(c)
     assert g["sampled_gain"] == pytest.approx(30.0) and g["greedy_gain"] == pytest.approx(50.0)
     assert g["gain"] == pytest.approx(30.0)  # the smaller of the two
+    assert (g["greedy_peak"], g["greedy_peak_step"]) == (pytest.approx(60.0), 4.0)
+    # a peak before the end: the earliest best round
+    mid = {**c, "val_greedy": [(0, 0.1), (2, 0.7), (3, 0.7), (4, 0.6)]}
+    assert (bench.gains(mid)["greedy_peak"], bench.gains(mid)["greedy_peak_step"]) == (pytest.approx(70.0), 2.0)
     png = tmp_path / "c" / "frozenlake.png"
     bench.plot({"grpo": c}, "t", png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -97,7 +101,9 @@ def test_section_text_multi_env_table(bench):
              "algos": {"grpo": {**per_tag["FrozenLake"], "per_tag": per_tag}}}
     text = bench.section_text({"multi": multi}, [], "RESULT", "docs/learning_curves")
     # the generalisation table has one row per validation env, and no row in the main table
-    assert "| LargerSokoban | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 |" in text and "| multi | grpo |" not in text
+    # start, peak (step) and end per decoding mode
+    assert "| LargerSokoban | 10.0 | 60.0 (4) | 60.0 | 25.0 | 55.0 (4) | 55.0 | +30.0 |" in text
+    assert "| multi | grpo |" not in text
     assert "RL wall 900 s" in text and "- multi grpo LargerSokoban: 0: 10 / 25, 4: 60 / 55" in text
 
 
