@@ -3,8 +3,8 @@
 Each reset draws one problem from the env's generator (seeded by ``reset(seed=...)``, so
 train and validation problems are disjoint by seed range, as in every roll env): a 3-digit by
 2-digit product, such a product plus a 4-digit number, or a sum of three or four 3-4 digit
-numbers, written as plain arithmetic (``Compute 347 * 28 + 1593.``) or as a word problem. The
-agent answers one whole number in the usual format, ``<answer>11309</answer>``; reward 1 for
+numbers, written as plain arithmetic (``Compute 347 * 28 + 1593.``) or as a word problem;
+``max_digits`` shortens every operand (2: ``Compute 47 * 36.``). The agent answers one whole number in the usual format, ``<answer>11309</answer>``; reward 1 for
 the exact value, 0 for a wrong one, the format penalty for text without a whole-number answer.
 
 The env knows nothing of tools: wrapped in roll/Tools-v0 with the calculator, the model may
@@ -57,6 +57,7 @@ class ArithEnv(gym.Env[str, str]):
         style: str = "plain",
         max_attempts: int = 1,
         format_penalty: float = -0.1,
+        max_digits: int | None = None,
         render_mode: str | None = None,
     ):
         forms = [forms] if isinstance(forms, str) else list(forms)
@@ -67,10 +68,13 @@ class ArithEnv(gym.Env[str, str]):
             raise ValueError(f"style must be one of {list(STYLES)}, got {style!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if max_digits is not None and not (isinstance(max_digits, int) and max_digits >= 2):
+            raise ValueError(f"max_digits must be a whole number >= 2 (or None), got {max_digits!r}")
         check_render_mode(self, render_mode)
         self.forms = forms
         self.style = style
         self.max_attempts = int(max_attempts)
+        self.max_digits = max_digits
         self.parser_config = ParserConfig(require_answer_tag=True, max_actions_per_turn=1,
                                           format_penalty=float(format_penalty))
         self.render_mode = render_mode
@@ -89,7 +93,7 @@ class ArithEnv(gym.Env[str, str]):
         rng = self.np_random
         form = self.forms[int(rng.integers(len(self.forms)))]
         ranges, template = FORMS[form]
-        operands = [int(rng.integers(lo, hi + 1)) for lo, hi in ranges]
+        operands = [int(rng.integers(lo, hi + 1)) for lo, hi in operand_ranges(ranges, self.max_digits)]
         self.expression = template.format(*operands)
         # the operands are whole numbers and the operators + and *: the exact value, no eval
         self.answer = _evaluate(form, operands)
@@ -150,6 +154,16 @@ class ArithEnv(gym.Env[str, str]):
     def expert_tool_call(self) -> Mapping[str, Any] | None:
         """The tool call that computes the answer: the calculator on the problem's expression."""
         return None if self._done else {"name": "calculator", "arguments": {"expression": self.expression}}
+
+
+def operand_ranges(ranges: Sequence[tuple[int, int]], max_digits: int | None) -> list[tuple[int, int]]:
+    """The form's operand ranges with every operand cut to at most ``max_digits`` digits (a
+    range that starts above that starts at the smallest such number instead): shorter numbers
+    for a model to copy into the tool call, still beyond its head arithmetic."""
+    if max_digits is None:
+        return list(ranges)
+    top, bottom = 10 ** max_digits - 1, 10 ** (max_digits - 1)
+    return [(min(lo, bottom), min(hi, top)) for lo, hi in ranges]
 
 
 def _evaluate(form: str, operands: list[int]) -> int:

@@ -165,3 +165,22 @@ def test_every_form_is_reachable():
     for form in FORMS:
         _, expression, answer = problem(0, forms=[form])
         assert answer > 0 and expression
+
+
+def test_max_digits_cuts_every_operand_and_keeps_the_problem_exact():
+    from roll.tools.calculator import Calculator
+
+    lengths = set()
+    for seed in range(300):
+        _, expression, answer = problem(seed, max_digits=2)
+        numbers = [t for t in expression.split() if t.isdigit()]
+        lengths |= {len(n) for n in numbers}
+        assert Calculator().run(expression) == str(answer)
+    assert lengths == {2}  # every form's operands, 3-4 digits by default, are 2 digits now
+    # 3 digits: the products keep their 2-digit factor, the sums lose their 4-digit numbers
+    three = [[len(t) for t in problem(s, max_digits=3)[1].split() if t.isdigit()] for s in range(300)]
+    assert {max(n) for n in three} == {3} and any(n == [3, 2] for n in three)
+    assert problem(5, max_digits=None) == problem(5)
+    for bad in (1, 0, 2.5, "2"):
+        with pytest.raises(ValueError, match="max_digits"):
+            ArithEnv(max_digits=bad)
