@@ -61,6 +61,19 @@ def val_rounds(out: Path) -> dict[str, Any]:
     return {"rounds": rounds}
 
 
+FORM_TEXT = {"mul": "a product of two numbers", "mul_add": "a product plus a number",
+             "sum3": "a sum of three numbers", "sum4": "a sum of four numbers"}
+
+
+def task_text(grpo: dict[str, Any]) -> str:
+    """The chain's problems in words, from the env's settings in the config."""
+    kwargs = grpo["custom_envs"][TAG]["env_kwargs"].get("env_kwargs") or {}
+    forms = kwargs.get("forms") or list(FORM_TEXT)
+    text = ", or ".join(FORM_TEXT[f] for f in forms)
+    digits = kwargs.get("max_digits")
+    return f"{text}, {'operands of at most ' + str(digits) + ' digits' if digits else 'operands of 2 to 4 digits'}"
+
+
 def fmt_calls(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.2f}"
 
@@ -74,13 +87,13 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
     lines = [SECTION, "",
              f"`{invocation}`: `roll run {CONFIG}` once per seed (`seed=S`), each a fresh process on the",
              "2-core CPU (load average before and after in the table: with a load of L on 2 cores a run gets",
-             "about 2/L of the CPU). The task: roll/Arith-v0 (a 3-digit by 2-digit product, the same plus a",
-             "4-digit number, or a sum of three 3-4 digit numbers; reward 1 for the exact whole number) with",
-             f"the calculator through roll/Tools-v0; the {model} model. The chain: `baseline` (the untrained",
+             f"about 2/L of the CPU). The task: roll/Arith-v0 ({task_text(grpo)}; reward 1 for the exact whole",
+             f"number) with the calculator through roll/Tools-v0; the {model} model. The chain: `baseline` (the untrained",
              f"model), `demos` ({demos['episodes']} expert episodes: call the calculator with the problem's",
              f"expression, then answer its result; a share {demos['epsilon']} of the problems answered from the",
              "head instead, one digit off, with no cue for which),",
-             f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} conversations), `grpo` "
+             f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} conversations at lr "
+             f"{sft['actor_train']['training_args']['lr']:g}), `grpo` "
              f"({grpo['max_steps']} steps of {grpo['rollout_batch_size']} episodes, groups of "
              f"{grpo['train_env_manager']['group_size']}).",
              f"Held-out success on {n} problems never trained on (env seeds seed+100000 on), greedy and",
