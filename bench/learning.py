@@ -45,7 +45,8 @@ with a cosine decay to 0 over the run), PPO clip 0.2,
 token-mean loss, held-out validation episodes per decoding mode: 64 (FrozenLake) and 256
 (Sokoban). GRPO runs as `gigpo` with
 `step_weight: 1` and gamma 0.95: the GRPO advantage of the episode return plus GiGPO's step-level
-advantage over identical grids within a group. PPO: `gae` (gamma 0.95, lambda 1, whitened
+advantage over identical grids within a group (the multi-env run with `balance_episodes: true`,
+see below). PPO: `gae` (gamma 0.95, lambda 1, whitened
 advantages) with a critic started from the SFT model; Sokoban PPO and the multi-env run stop a
 batch's optimizer steps once the policy has moved by a KL of 0.02 (`early_stop_kl`). Simple Sokoban is `roll/Sokoban-v0` (6x6,
 one box) with `env_kwargs {search_depth: 6, min_solution_length: 2, max_steps: 8,
@@ -90,8 +91,32 @@ Sokoban at step 100 (from 16 / 14 and 0 / 0), then drifted into invalid answers 
 sampled answers at step 150, every step within the bound) and ended answering `Right` to every
 grid; a KL loss to the SFT model on top (k3, coefficient 0.1) did not stop the drift either (invalid
 answers 2% -> 100% between steps 60 and 96, the KL loss rising from 0.03 to 20-90 per token; run
-stopped there). Why the two-env run drifts where each env alone does not is open; the token
-distribution moving away from the answer vocabulary is what the lr 6e-4 run below showed. At lr
+stopped there). The cause, measured with the per-tag metrics of roll/algorithms/advantages.py
+(`reward/<tag>/adv_mean`, `adv_std`, `adv_absmax`, `group_score_std`, `zero_std_groups`,
+`small_std_groups`, GiGPO's episode and step parts) at lr 6e-4, where the multi-env run breaks
+within 5 steps, and a probe of its saved policy on 200 demonstration prompts: the answers did
+not leave the answer vocabulary, they lost the closing tag. p(`</answer>` after the action)
+fell from 0.9995 to 0.0003 in 10 steps while p(`<answer>` first) stayed 0.9996, every answer
+became `<answer>RightRightRight...` (100% invalid from step 5, and no way back: in an
+all-invalid batch every group's episodes score the same). What pushed it: in step mode an
+episode gives one sample per turn, failing episodes run to the 8-turn limit and successes end
+early, so GiGPO's episode advantage, zero-mean over a group's episodes, is negative on average
+over the group's tokens: `adv_mean` -0.05 to -0.15 (SimpleSokoban) and -0.10 to -0.19
+(FrozenLake) at steps 1-4. A net negative advantage pushes down every sampled token, the
+format tokens of every valid answer included; their gradient is tiny (probability about 1) but
+always of one sign, and Adam turns a small consistent gradient into full-size steps (the LM-head
+rows of tokens never in the data moved 5 times as far as the used ones in those 10 steps, 0.17
+against 0.03). The step-level part is zero-sum within each anchor group, so not one-signed,
+though large: on Sokoban it outweighs the episode part (mean |A| 0.65-0.81 against 0.27-0.73),
+10-26% of Sokoban's anchor groups differ only by discounting or move costs (mean_std makes them
+size 1) and it stays at 0.86 in the all-invalid state. The fix, `adv_estimator_args:
+{balance_episodes: true}` (multi_env_grpo.yaml), scales each episode's advantage by its
+group's mean tokens per episode over its own, so each episode weighs the same and the episode
+advantage sums to zero over a group's tokens (`adv_mean` within 0.04 of 0); in the same 10
+steps at lr 6e-4 invalid answers still spiked (83% on FrozenLake at step 3, 94% on Sokoban at
+step 6) but fell back to 0-1% within 2-3 steps each time. The lr 6e-4 Sokoban run below
+moved its format tokens the same way, at the first token instead of the closing tag (not
+re-measured with these metrics). At lr
 6e-4 the format broke anyway around step 40 (invalid 0% -> 100% in 3 steps): the probability of
 `<answer>` as the first token fell from 0.999 to 0.86 in 40 steps, the mass going to tokens that
 never occur in the data (` treats`, `kq`) - Adam turns the tiny, consistent gradients that negative
