@@ -424,6 +424,21 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
     return "\n".join(lines)
 
 
+def merge_earlier(results: dict[str, dict[str, Any]], out_root: Path, order: list[str]
+                  ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """This invocation's results plus those an earlier one left in ``out_root/<env>/result.json``
+    for the envs not run now (``--envs multi`` alone keeps the other envs' rows in the section),
+    in ``order``; and all their commands."""
+    merged: dict[str, dict[str, Any]] = {}
+    for name in order:
+        path = out_root / name / "result.json"
+        if name in results:
+            merged[name] = results[name]
+        elif path.exists():
+            merged[name] = json.loads(path.read_text())
+    return merged, [c for r in merged.values() for c in r.get("commands", [])]
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the same chain, tiny (does not touch docs/)")
@@ -462,7 +477,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     # each env's chain is sequential (demos -> SFT -> RL); with --jobs > 1 the chains run side by side
     with ThreadPoolExecutor(max_workers=len(args.envs) if _SLOTS else 1) as pool:
         done = dict(zip(args.envs, pool.map(chain, args.envs)))
-    commands = [c for name in args.envs for c in env_cmds[name]]
     results = {}
     for name in args.envs:
         r = results[name] = done[name]
@@ -475,6 +489,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         for algo, g in r["algos"].items():
             print(f"{name} {algo}: greedy {g['greedy_start']:.1f} -> {g['greedy_end']:.1f}, "
                   f"sampled {g['sampled_start']:.1f} -> {g['sampled_end']:.1f} (gain {g['gain']:+.1f} pp)", flush=True)
+        r["commands"] = env_cmds[name]
+        (out_root / name / "result.json").write_text(json.dumps(r, indent=1))
+    results, commands = merge_earlier(results, out_root, list(specs))
     (out_root / "results.json").write_text(json.dumps(results, indent=1))
     figures = [f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}" for n in ("sokoban", "frozenlake") if n in results]
     if "multi" in results:

@@ -129,3 +129,17 @@ def test_run_cmd_jobs_limit_and_reuse(bench, tmp_path, monkeypatch):
     again = bench.run_cmd(cmds[0], tmp_path / "s0.log", [], reuse=True)
     assert again == walls[0] and len(trace.read_text()) == 10
     assert bench.parse_args(["--jobs", "3"]).jobs == 3 and bench.parse_args([]).jobs == 1
+
+
+def test_merge_earlier_keeps_envs_not_run_now(bench, tmp_path):
+    """`--envs multi` alone: the section still holds the frozenlake row an earlier run left."""
+    (tmp_path / "frozenlake").mkdir()
+    (tmp_path / "frozenlake" / "result.json").write_text(json.dumps({"epsilon": 0.5, "commands": ["roll run fl.yaml"]}))
+    (tmp_path / "sokoban").mkdir()  # no result there: nothing to keep
+    now = {"multi": {"epsilon": 0.5, "commands": ["roll run multi.yaml"]}}
+    merged, commands = bench.merge_earlier(now, tmp_path, ["frozenlake", "sokoban", "multi"])
+    assert list(merged) == ["frozenlake", "multi"] and merged["multi"] is now["multi"]
+    assert commands == ["roll run fl.yaml", "roll run multi.yaml"]
+    # an env run now replaces what an earlier run left
+    merged, _ = bench.merge_earlier({"frozenlake": {"commands": []}}, tmp_path, ["frozenlake"])
+    assert merged["frozenlake"] == {"commands": []}
