@@ -113,3 +113,38 @@ def test_balance_episodes_changes_nothing_for_equal_lengths():
     b = compute_advantages(inp, AlgorithmConfig(adv_estimator="gigpo", gamma=0.9,
                                                 adv_estimator_args={"balance_episodes": True})).advantages
     assert torch.allclose(a, b, atol=1e-12)
+
+
+def _adam_on_closing_tag(adv_per_row: torch.Tensor, steps: int = 60, lr: float = 0.05) -> float:
+    """A toy policy with one shared logit vector for the token after the action: every row
+    samples the closing tag (probability 0.998, near 1 as after SFT). Adam on the token-mean policy
+    gradient ``-A log p(tag)``; returns p(tag) at the end."""
+    logits = torch.full((8,), -4.0)
+    logits[0] = 4.0  # the closing tag
+    logits.requires_grad_(True)
+    opt = torch.optim.Adam([logits], lr=lr)
+    for _ in range(steps):
+        logp = torch.log_softmax(logits, -1)[0].expand(len(adv_per_row))
+        loss = -(adv_per_row * logp).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return float(torch.softmax(logits.detach(), -1)[0])
+
+
+def test_unbalanced_episode_advantages_erode_the_closing_tag_under_adam():
+    """The multi-env drift in miniature: long failing episodes give a group's tokens a net
+    negative advantage; the closing tag, in every valid answer, gets a tiny one-signed gradient
+    that Adam turns into full steps. balance_episodes removes the net push."""
+    inp, rows = step_inputs([("FL", "f0", "e", [0.0, 1.0], [5, 5]),
+                             ("FL", "f0", "f", [0.0] * 8, [5] * 8),
+                             ("FL", "f0", "g", [0.0] * 8, [5] * 8)])
+    per_row = {}
+    for balance in (False, True):
+        cfg = AlgorithmConfig(adv_estimator="gigpo", gamma=0.95,
+                              adv_estimator_args={"step_weight": 0.0, "balance_episodes": balance})
+        adv = compute_advantages(inp, cfg).advantages
+        per_row[balance] = torch.stack([adv[i][inp.response_mask[i] > 0][0] for i in range(len(rows))]).float()
+    start = float(torch.softmax(torch.tensor([4.0] + [-4.0] * 7), -1)[0])
+    assert _adam_on_closing_tag(per_row[False]) < 0.5 < start
+    assert _adam_on_closing_tag(per_row[True]) > start - 1e-4
