@@ -53,3 +53,22 @@ def small_model_dir():
     from roll.models.tiny import tiny_model_path
 
     return tiny_model_path("small")
+
+
+@pytest.fixture(scope="session")
+def multi_env_run(tmp_path_factory, ray_cluster):
+    """A real 2-step run of configs/agentic/multi_env_cpu.yaml (two training env tags, three
+    validation tags) with validation at steps 0 and 2, cut to one group of 4 episodes per
+    training tag: the tiny-config run of tests/integration/test_agentic_pipeline.py and the
+    report tests/viewer/test_browser.py opens. Readers only; a test that writes works on a copy."""
+    from pathlib import Path
+
+    from roll.cli import main as roll_main
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("multi_env") / "run"
+    rc = roll_main(["run", str(repo / "configs/agentic/multi_env_cpu.yaml"), "max_steps=2", "eval_steps=2",
+                    "save_steps=0", "show_progress=false", "rollout_batch_size=8", "val_batch_size=3",
+                    "train_env_manager.num_groups_partition=[1,1]", f"output_dir={out}"])
+    assert rc == 0
+    return out

@@ -1,5 +1,6 @@
 """`roll run` trains from an agent function (tests/endpoint/endpoint_agents.py:arithmetic), as
-a user would: the function's module on PYTHONPATH, the shipped config with overrides."""
+a user would: the function's module on PYTHONPATH, the shipped config
+(configs/agentic/agent_function_cpu.yaml) with overrides."""
 from __future__ import annotations
 
 import gzip
@@ -66,3 +67,18 @@ def test_two_training_steps_from_an_agent_function(tmp_path):
         record = json.loads(f.readline())
     text = json.dumps(record)
     assert " = ?" in text  # the function's prompt
+    # what tests/integration/test_agentic_pipeline.py checks of every tiny config's run (this run
+    # stands for configs/agentic/agent_function_cpu.yaml there): success metrics, the final
+    # checkpoint, and `roll view` on the run
+    from roll.utils.checkpoint import COMPLETE_MARKER
+    from roll.viewer.report import build_report
+    from roll.viewer.run_data import load_run
+
+    assert all("env/Sums/success" in rows[s] for s in trained)
+    ckpt = out / "checkpoints" / "step-2"
+    assert (ckpt / COMPLETE_MARKER).exists() and (ckpt / "actor_train" / "trainer_state.pt").exists()
+    data = load_run(out)
+    assert data.trajectories and {t["kind"] for t in data.trajectories} == {"agentic"}
+    assert all(t["turns"] and t["tokens"]["ids"] for t in data.trajectories)
+    assert build_report(out, tmp_path / "report.html").stat().st_size > 0
+    assert (out / "plots" / "learning_curves.png").exists()

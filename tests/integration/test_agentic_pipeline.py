@@ -1,7 +1,9 @@
 """The agentic pipeline end to end on the tiny model: every tiny CPU config through the CLI,
-placements, checkpoints and the final Hugging Face model."""
+placements, checkpoints and the final Hugging Face model. Most runs are shared with other tests
+(tests/conftest.py, tests/integration/conftest.py): a run's start-up costs more than its steps."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,17 +11,25 @@ import yaml
 
 from roll.cli import main as roll_main
 from roll.config.loader import load_raw
-from roll.utils.checkpoint import COMPLETE_MARKER
 
-from .helpers import REPO, read_metrics
+from .helpers import REPO, check_run, check_view
 
 pytestmark = pytest.mark.integration
 
 # chains (`stages:`, e.g. frozenlake_main_cpu.yaml) run in tests/integration/test_main_job.py;
-# sokoban_cpu.yaml (README's main job) runs with the same checks in test_main_job_command_runs_two_steps
-MAIN_JOB = REPO / "configs" / "agentic" / "sokoban_cpu.yaml"
+# these run elsewhere with the same checks (each run start costs more than its steps):
+# sokoban_cpu.yaml (README's main job) in test_main_job_command_runs_two_steps, multi_env_cpu.yaml
+# in test_multi_env_config_two_steps (the run tests/viewer/test_browser.py also reads),
+# agent_function_cpu.yaml in tests/endpoint/test_agent_function_cli.py and frozenlake_cpu.yaml
+# (step mode, GiGPO) as the base of the main job's grpo stage in tests/integration/test_main_job.py
+RUN_ELSEWHERE = ("base_cpu.yaml", "sokoban_cpu.yaml", "multi_env_cpu.yaml", "agent_function_cpu.yaml",
+                 "frozenlake_cpu.yaml")
+# configs that differ from base_cpu.yaml only in their env (and its token budget): one run plays
+# all their envs, a group each (test_envs_of_several_configs_in_one_run); every config is still
+# loaded, validated and planned on its own in tests/test_configs_validate.py and tests/test_configs_plan.py
+ONE_RUN = ("code_cpu.yaml", "webshop_cpu.yaml")
 TINY_AGENTIC = sorted(p for p in (REPO / "configs" / "agentic").glob("*_cpu.yaml")
-                      if p.name != "base_cpu.yaml" and p != MAIN_JOB and "stages" not in yaml.safe_load(p.read_text()))
+                      if p.name not in RUN_ELSEWHERE + ONE_RUN and "stages" not in yaml.safe_load(p.read_text()))
 
 
 def _without_idle_validation(config: Path) -> list[str]:
@@ -34,38 +44,12 @@ def _without_idle_validation(config: Path) -> list[str]:
     return []
 
 
-def _check_run(out: Path, steps: int) -> dict[int, dict[str, float]]:
-    metrics = read_metrics(out)
-    for step in range(1, steps + 1):
-        assert step in metrics, f"no metrics for step {step}"
-        m = metrics[step]
-        assert any(k.startswith("env/") and k.endswith("/success") for k in m), sorted(m)
-        assert "actor/loss" in m or m.get("rollout/empty_batch") == 1.0
-    ckpt = out / "checkpoints" / f"step-{steps}"
-    assert (ckpt / COMPLETE_MARKER).exists()
-    assert (ckpt / "actor_train" / "trainer_state.pt").exists()
-    return metrics
-
-
-def _check_view(out: Path, report: Path | None = None) -> None:
-    """`roll view` and the plots work on the run's output (docs/viewer.md); the report goes to
-    ``report`` if given (a run shared with other tests is only read)."""
-    from roll.viewer.report import build_report
-    from roll.viewer.run_data import load_run
-
-    data = load_run(out)
-    assert data.trajectories and {t["kind"] for t in data.trajectories} == {"agentic"}
-    assert all(t["turns"] and t["tokens"]["ids"] for t in data.trajectories)
-    assert build_report(out, report).stat().st_size > 0
-    assert (out / "plots" / "learning_curves.png").exists()
-
-
 def test_main_job_command_runs_two_steps(console_run, tmp_path):
     """README's main job, shortened: the real CLI in a subprocess (the run whose console
     tests/integration/test_console_output.py reads; tests/integration/conftest.py)."""
     out, proc = console_run
     assert proc.returncode == 0, proc.stderr[-4000:]
-    metrics = _check_run(out, 2)
+    metrics = check_run(out, 2)
     assert "val/env/SimpleSokoban/success" in metrics[0]
     assert "val/env/SimpleSokoban/success" in metrics[2]
     assert sorted(p.name for p in (out / "trajectories").glob("step-*")) == ["step-000001.jsonl.gz", "step-000002.jsonl.gz"]
@@ -74,7 +58,18 @@ def test_main_job_command_runs_two_steps(console_run, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out / "final_model")
     tok = AutoTokenizer.from_pretrained(out / "final_model")
     assert model.config.vocab_size >= len(tok)
-    _check_view(out, tmp_path / "report.html")
+    check_view(out, tmp_path / "report.html")
+
+
+def test_multi_env_config_two_steps(multi_env_run, tmp_path):
+    """configs/agentic/multi_env_cpu.yaml, two training env tags and three validation tags
+    (the session's ``multi_env_run``, tests/conftest.py; smaller batches, validation at 0 and 2)."""
+    metrics = check_run(multi_env_run, 2)
+    for step in (1, 2):
+        assert {"env/SimpleSokoban/success", "env/FrozenLake/success"} <= set(metrics[step]), sorted(metrics[step])
+    for tag in ("LargerSokoban", "SokobanDifferentSymbols", "FrozenLake"):
+        assert f"val/env/{tag}/success" in metrics[0] and f"val/env/{tag}/success" in metrics[2], tag
+    check_view(multi_env_run, tmp_path / "report.html")
 
 
 @pytest.mark.parametrize("config", TINY_AGENTIC, ids=lambda p: p.stem)
@@ -83,19 +78,38 @@ def test_tiny_config_two_steps(config, tmp_path, ray_cluster):
     rc = roll_main(["run", str(config), "max_steps=2", "save_steps=0", "eval_steps=0", "show_progress=false",
                     f"output_dir={out}", *_without_idle_validation(config)])
     assert rc == 0
-    _check_run(out, 2)
-    _check_view(out)
+    check_run(out, 2)
+    check_view(out)
 
 
-@pytest.mark.parametrize("placement", ["colocated", "disaggregated"])
-def test_placements_complete(placement, tmp_path, ray_cluster):
-    infer_mapping = "0" if placement == "colocated" else "1"
-    out = tmp_path / placement
-    rc = roll_main(["run", str(REPO / "configs/agentic/sokoban_cpu.yaml"), "max_steps=2", "eval_steps=0",
-                    "val_env_manager=null", "show_progress=false", f"output_dir={out}",
-                    "actor_train.device_mapping=[0]", f"actor_infer.device_mapping=[{infer_mapping}]",
-                    "actor_train.world_size=null", "actor_infer.world_size=null"])
+def test_envs_of_several_configs_in_one_run(tmp_path, ray_cluster):
+    """The first of ``ONE_RUN`` with the envs of all of them, one group of 4 episodes each (the
+    largest token budget of them, the first's)."""
+    configs = [REPO / "configs" / "agentic" / name for name in ONE_RUN]
+    envs = {tag: spec for c in configs for tag, spec in load_raw(c)["custom_envs"].items()}
+    tags = [tag for c in configs for tag in load_raw(c)["train_env_manager"]["tags"]]
+    assert len(tags) == len(envs) == len(configs)  # one env each
+    assert load_raw(configs[0])["actor_infer"]["generating_args"]["max_new_tokens"] == max(
+        load_raw(c)["actor_infer"]["generating_args"]["max_new_tokens"] for c in configs)
+    out = tmp_path / "run"
+    rc = roll_main(["run", str(configs[0]), "max_steps=2", "save_steps=0", "eval_steps=0", "show_progress=false",
+                    f"output_dir={out}", "val_env_manager=null", f"rollout_batch_size={4 * len(tags)}",
+                    *(f"custom_envs.{tag}={json.dumps(spec)}" for tag, spec in envs.items()),
+                    f"train_env_manager.tags=[{','.join(tags)}]", "train_env_manager.group_size=4",
+                    f"train_env_manager.num_groups_partition=[{','.join('1' * len(tags))}]"])
     assert rc == 0
-    metrics = _check_run(out, 2)
+    metrics = check_run(out, 2)
+    for step in (1, 2):
+        assert {f"env/{tag}/success" for tag in tags} <= set(metrics[step]), sorted(metrics[step])
+    check_view(out)
+
+
+def test_disaggregated_placement_completes(resumable_run):
+    """The trainer and the inference worker on device slots of their own: the session's
+    ``resumable_run`` (tests/integration/conftest.py; RESUMABLE in helpers.py maps them to slots
+    0 and 1). Both on one slot (colocated) is the layout of
+    tests/faults/test_pipeline_faults.py::test_killed_workers_mid_run_are_restarted_and_the_run_completes,
+    which makes the same checks."""
+    metrics = check_run(resumable_run, 3)
     # the weights of step 1 reached the inference worker before step 2's rollouts
     assert metrics[2]["rollout/policy_version"] == 1.0

@@ -3,8 +3,9 @@ COMPLETE marker falls back to the previous checkpoint with a warning naming it; 
 checkpoint (the old pickle layout with a payload) is refused and its code never runs; a resume
 whose max_steps is not above the checkpoint, or whose restore fails, changes nothing.
 
-The session's 3-step ``resumable_run`` (tests/integration/conftest.py, also the reference of
-tests/integration/test_resume.py) is copied per test; the refusals happen before Ray starts."""
+The fallback is the session's ``resumed_after_kill`` (also read by
+tests/integration/test_resume.py); for the refusals, which happen before Ray starts, the
+session's 3-step ``resumable_run`` is copied per test (both in tests/integration/conftest.py)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll.utils.checkpoint import COMPLETE_MARKER, verify_checkpoint
+from roll.utils.checkpoint import verify_checkpoint
 
 from .helpers import RESUMABLE, read_metrics, run_cli
 
@@ -45,16 +46,16 @@ def _files(out: Path) -> dict[str, bytes]:
             if p.is_file() and "run.log" not in p.name}
 
 
-def test_truncated_weights_fall_back_to_the_previous_checkpoint(run_dir):
-    weights = run_dir / "checkpoints" / "step-3" / "actor_train" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
-    assert (weights.parents[1] / COMPLETE_MARKER).exists()
-    proc = run_cli(ARGS + ["max_steps=3", f"output_dir={run_dir}", "resume_from_checkpoint=true"], timeout=900)
+def test_truncated_weights_fall_back_to_the_previous_checkpoint(resumed_after_kill):
+    """The session's killed run with its step-2 weights cut short, resumed
+    (tests/integration/conftest.py)."""
+    out, proc = resumed_after_kill
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "checkpoint skipped" in proc.stderr and "step-3" in proc.stderr and "model.safetensors" in proc.stderr
-    assert "resumed from" in proc.stdout and "step-2 at step 2" in proc.stdout  # a console line
-    assert sorted(read_metrics(run_dir)) == [1, 2, 3]
-    assert verify_checkpoint(run_dir / "checkpoints" / "step-3")["step"] == 3  # rewritten by the resumed run
+    assert "checkpoint skipped" in proc.stderr and "step-2" in proc.stderr and "model.safetensors" in proc.stderr
+    assert "resumed from" in proc.stdout and "step-1 at step 1" in proc.stdout  # a console line
+    assert sorted(read_metrics(out)) == [1, 2, 3]
+    for step in (2, 3):  # rewritten by the resumed run
+        assert verify_checkpoint(out / "checkpoints" / f"step-{step}")["step"] == step
 
 
 def test_crafted_pickle_checkpoint_is_refused_and_runs_nothing(run_dir, tmp_path):

@@ -8,14 +8,10 @@ import re
 
 import pytest
 
-from .helpers import CONSOLE_SMALL as SMALL, run_cli
-
 pytestmark = pytest.mark.integration
 
 STEP = re.compile(r"^step [12]/2 \| SimpleSokoban success \S+ return \S+ invalid \S+ \| .* s/step")
-# the full sokoban_cpu settings ran 2 steps in 96 s on a 2-core machine; at a load average of 50 to 70
-# these smaller runs took 6 to over 10 minutes
-LIMIT_S = 900
+STEP3 = re.compile(r"^step [123]/3 \| SimpleSokoban success \S+ return \S+ invalid \S+ \| .* s/step")
 VAL = re.compile(r"^val  [02]/2 \| sampled: SimpleSokoban success \S+ return \S+ invalid \S+$")
 
 
@@ -41,15 +37,13 @@ def test_default_console_is_one_line_per_step(console_run):
     assert any(":actor_name:ActorWorker" in p.read_text() for p in copied)
 
 
-def test_verbose_console_has_the_metric_dump(tmp_path):
-    out = tmp_path / "run"
-    # no validation, so no validation env workers to start
-    proc = run_cli(["run", "configs/agentic/sokoban_cpu.yaml", *SMALL, "eval_steps=0", "val_env_manager=null",
-                    f"output_dir={out}", "--verbose"], timeout=LIMIT_S)
+def test_verbose_console_has_the_metric_dump(verbose_resumable_run):
+    _, proc = verbose_resumable_run  # 3 steps, no validation, with --verbose (tests/integration/conftest.py)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     dumps = [ln for ln in text.splitlines() if ln.startswith("[step ")]
-    assert [d.split("]")[0] for d in dumps] == ["[step 1", "[step 2"], text
+    assert [d.split("]")[0] for d in dumps] == ["[step 1", "[step 2", "[step 3"], text
     assert all("actor: " in d and "env/SimpleSokoban: " in d and "timing: " in d for d in dumps)
-    assert len([ln for ln in text.splitlines() if STEP.match(ln)]) == 2
+    steps = [ln for ln in text.splitlines() if STEP3.match(ln)]
+    assert [ln.split(" |")[0] for ln in steps] == ["step 1/3", "step 2/3", "step 3/3"], text
     assert "INFO" in text  # roll's own log lines too

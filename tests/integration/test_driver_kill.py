@@ -3,78 +3,30 @@ training and checkpoint writing: the latest good checkpoint is never damaged, re
 and no process of the run's local Ray cluster outlives the driver by more than a few seconds."""
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-import psutil
 import pytest
 
 from roll.utils.checkpoint import CheckpointManager, verify_checkpoint
 
-from .helpers import REPO, cli_env, read_metrics, run_cli
+from .helpers import GRACE_S, read_metrics, run_cli, run_killed
 
 pytestmark = pytest.mark.integration
 
 # no validation, so no validation env workers: the run's own processes are still all watched
 ARGS = ["run", "configs/agentic/sokoban_cpu.yaml", "save_steps=1", "eval_steps=0", "val_env_manager=null",
         "show_progress=false", "tracking.track_with=[jsonl]", "max_steps=2"]
-KILLER = Path(__file__).with_name("kill_driver.py")
-GRACE_S = 5.0
 
 
-def _run_killed(out: Path, where: str, resume: bool) -> list[str]:
-    """Run until the driver SIGKILLs itself at ``where``; return the names of the run's
-    processes still alive ``GRACE_S`` seconds later."""
-    env = {**cli_env(), "ROLL_TEST_KILL": where}
-    args = ARGS + [f"output_dir={out}"] + (["resume_from_checkpoint=true"] if resume else [])
-    proc = subprocess.Popen([sys.executable, str(KILLER), *args], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    seen: dict[int, psutil.Process] = {}
-    names: set[str] = set()
-    driver = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 900
-    while proc.poll() is None:  # record the run's processes while the driver lives
-        try:
-            for child in driver.children(recursive=True):
-                seen.setdefault(child.pid, child)
-                names.add(_name(child))  # each time: a new process is "python" until it execs
-        except psutil.NoSuchProcess:
-            break
-        assert time.monotonic() < deadline, "the run did not reach the kill point"
-        time.sleep(0.2)
-    stderr = proc.stderr.read()
-    assert proc.returncode == -signal.SIGKILL, (where, proc.returncode, stderr[-3000:])
-    assert {"raylet", "gcs_server"} <= names, (where, names)  # the run's own local cluster was watched
-    time.sleep(GRACE_S)
-    left = [p for p in seen.values() if _alive(p)]
-    for p in left:  # do not leak them into the next test
-        p.kill()
-    return [f"{p.pid}:{_name(p)}" for p in left]
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _name(p: psutil.Process) -> str:
-    try:
-        return p.name()
-    except psutil.Error:
-        return "?"
-
-
-def test_sigkill_while_writing_a_checkpoint_leaves_nothing_behind(tmp_path):
-    out = tmp_path / "run"
-    left = _run_killed(out, "checkpoint:1", resume=False)
+def test_sigkill_while_writing_a_checkpoint_leaves_nothing_behind(driver_killed_run):
+    """The session's 3-step run killed while writing step-3 (tests/integration/conftest.py;
+    tests/integration/test_resume.py resumes a copy of it)."""
+    out, left = driver_killed_run
     assert left == [], f"Ray processes outlived the driver by {GRACE_S}s: {left}"
     mgr = CheckpointManager(out / "checkpoints")
-    assert mgr.step_dirs() == [] and mgr.find_resumable() is None  # the half-written step-1 is not published
+    # the half-written step-3 is not published; the checkpoints before it are intact
+    assert [p.name for _, p in mgr.step_dirs()] == ["step-1", "step-2"]
+    found = mgr.find_resumable()
+    assert found is not None and found[0].name == "step-2", found
+    assert [verify_checkpoint(out / "checkpoints" / f"step-{s}")["step"] for s in (1, 2)] == [1, 2]
 
 
 @pytest.mark.slow
@@ -82,7 +34,8 @@ def test_sigkill_in_each_phase_then_resume(tmp_path):
     out = tmp_path / "run"
     good = None
     for where in ("rollout:2", "train:2", "checkpoint:2"):
-        left = _run_killed(out, where, resume=good is not None)
+        resume = ["resume_from_checkpoint=true"] if good is not None else []
+        left = run_killed(ARGS + [f"output_dir={out}", *resume], where)
         assert left == [], (where, left)
         found = CheckpointManager(out / "checkpoints").find_resumable()
         assert found is not None and found[0].name == "step-1", (where, found)

@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from tests.integration.helpers import run_cli
+from roll.cli import main as roll_main
+from tests.integration.helpers import REPO, check_run, check_view, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -24,10 +25,13 @@ TINY = [
     "stages.grpo.overrides.rollout_batch_size=8",
     "stages.grpo.overrides.train_env_manager.group_size=4",
     "stages.grpo.overrides.actor_train.training_args.per_device_train_batch_size=8",
+    # for `roll view` (the grpo stage stands for configs/agentic/frozenlake_cpu.yaml, its base, in
+    # tests/integration/test_agentic_pipeline.py)
+    "stages.grpo.overrides.tracking.dump_trajectories=4",
 ]
 
 
-def test_main_chain_runs_every_stage_and_prints_the_summary(tmp_path):
+def test_main_chain_runs_every_stage_and_prints_the_summary(tmp_path, capsys):
     out = tmp_path / "main"
     # four stages, three of them pipelines: a loaded machine stretches it (7.7 min at a load average of
     # 30 on 2 cores), hence the generous limit
@@ -37,6 +41,8 @@ def test_main_chain_runs_every_stage_and_prints_the_summary(tmp_path):
     assert list(state) == ["baseline", "demos", "sft", "grpo"]
     assert all(r["status"] == "done" for r in state.values())
     assert (out / "grpo" / "final_model" / "config.json").exists()
+    check_run(out / "grpo", 2)
+    check_view(out / "grpo", tmp_path / "report.html")
     # each stage ran on the previous stage's output
     assert yaml.safe_load((out / "sft" / "config.yaml").read_text())["data"]["train_files"] == [str(out / "demos" / "demos.jsonl")]
     assert yaml.safe_load((out / "grpo" / "config.yaml").read_text())["pretrain"] == str(out / "sft" / "final_model")
@@ -48,7 +54,9 @@ def test_main_chain_runs_every_stage_and_prints_the_summary(tmp_path):
     assert "held-out success on FrozenLake" in text and "gain of the last stage" in text
     assert f"final model: {out / 'grpo' / 'final_model'}" in text and f"report: roll view {out / 'grpo'}" in text
 
-    # everything finished: the rerun skips every stage (no Ray) and prints the summary again
-    again = run_cli(["run", MAIN, f"output_dir={out}", *TINY], timeout=100)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count(": skipped (done, output") == 4 and "grpo step 2 (end)" in again.stdout
+    # everything finished: the rerun skips every stage (no Ray) and prints the summary again; in
+    # this process, as it starts nothing (a second interpreter would cost more than the rerun)
+    capsys.readouterr()
+    assert roll_main(["run", str(REPO / MAIN), f"output_dir={out}", *TINY]) == 0
+    again = capsys.readouterr()
+    assert again.out.count(": skipped (done, output") == 4 and "grpo step 2 (end)" in again.out, again.err[-3000:]

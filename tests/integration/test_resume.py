@@ -1,20 +1,14 @@
-"""Resume: a deterministic run SIGKILLed after its step-1 checkpoint and resumed reaches the
-same step 2 and 3 metrics as an uninterrupted run (the session's ``resumable_run``, see
-tests/integration/conftest.py). (A kill *during* a checkpoint write is covered by
-tests/test_checkpoint.py on the same CheckpointManager the pipelines use.)"""
+"""Resume: a deterministic run whose driver was SIGKILLed while writing checkpoint step-3, and
+whose step-2 checkpoint was then damaged, resumes from step-1 (the session's
+``resumed_after_kill``) and reaches the same step 2 and 3 metrics as an uninterrupted run (the
+session's ``resumable_run``; both in tests/integration/conftest.py). (A kill *during* the write
+of a single file is covered by tests/test_checkpoint.py on the same CheckpointManager the
+pipelines use.)"""
 from __future__ import annotations
-
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from roll.utils.checkpoint import COMPLETE_MARKER
-
-from .helpers import REPO, RESUMABLE as ARGS, cli_env, read_metrics, run_cli
+from .helpers import read_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -22,28 +16,13 @@ COMPARED = ("actor/loss", "actor/grad_norm", "actor/entropy", "env/SimpleSokoban
             "rollout/response_tokens/mean", "reward/score_mean")
 
 
-def test_sigkill_after_checkpoint_then_resume_matches(tmp_path, resumable_run):
-    expected = read_metrics(resumable_run)  # the same ARGS, uninterrupted
-
-    out = tmp_path / "killed"
-    killed = subprocess.Popen([sys.executable, "-m", "roll", *ARGS, f"output_dir={out}"], cwd=REPO, env=cli_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    marker = out / "checkpoints" / "step-1" / COMPLETE_MARKER
-    deadline = time.monotonic() + 600
-    try:
-        while not marker.exists():
-            assert killed.poll() is None, "run ended before its first checkpoint"
-            assert time.monotonic() < deadline, "no step-1 checkpoint within 10 minutes"
-            time.sleep(0.2)
-    finally:
-        os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait(timeout=60)
-    assert killed.returncode == -signal.SIGKILL
-
-    proc = run_cli(ARGS + [f"output_dir={out}", "resume_from_checkpoint=true"], timeout=900)
+def test_sigkill_after_checkpoint_then_resume_matches(resumable_run, resumed_after_kill):
+    expected = read_metrics(resumable_run)  # the same arguments, uninterrupted
+    out, proc = resumed_after_kill
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "resumed from" in proc.stdout  # the console line (the log record goes to run.log)
+    assert "resumed from" in proc.stdout and "step-1 at step 1" in proc.stdout  # the console line
     got = read_metrics(out)
+    assert sorted(got) == [1, 2, 3]
     for step in (2, 3):
         for key in COMPARED:
             assert key in expected[step], (step, key, sorted(expected[step]))

@@ -1,7 +1,7 @@
-"""The report of a real 2-step run in headless chromium: the curves render, a filter narrows
-the trajectory list, a trajectory opens with its turns, group and tokens, and the page raises
-no JavaScript error. Skipped (with the reason) where chromium or selenium is missing; CI
-installs both (scripts/install_cpu.sh --test)."""
+"""The report of a real 2-step run (the session's ``multi_env_run``, tests/conftest.py) in
+headless chromium: the curves render, a filter narrows the trajectory list, a trajectory opens
+with its turns, group and tokens, and the page raises no JavaScript error. Skipped (with the
+reason) where chromium or selenium is missing; CI installs both (scripts/install_cpu.sh --test)."""
 from __future__ import annotations
 
 import re
@@ -26,12 +26,12 @@ def rows(driver) -> list:
     return driver.find_elements("css selector", "#traj-list tr.row")
 
 
-def test_report_of_a_real_run_in_chromium(agentic_run, tmp_path):
+def test_report_of_a_real_run_in_chromium(multi_env_run, tmp_path):
     from selenium.webdriver.support.ui import Select
 
     report = tmp_path / "report.html"
-    assert roll_main(["view", str(agentic_run), "--out", str(report)]) == 0
-    data = load_run(agentic_run)
+    assert roll_main(["view", str(multi_env_run), "--out", str(report)]) == 0
+    data = load_run(multi_env_run)
     records = data.trajectories
     assert {r["env_tag"] for r in records} == {"SimpleSokoban", "FrozenLake"}
     with chromium() as d:
