@@ -112,7 +112,8 @@ though large: on Sokoban it outweighs the episode part (mean |A| 0.65-0.81 again
 size 1) and it stays at 0.86 in the all-invalid state. The fix, `adv_estimator_args:
 {balance_episodes: true}` (multi_env_grpo.yaml), scales each episode's advantage by its
 group's mean tokens per episode over its own, so each episode weighs the same and the episode
-advantage sums to zero over a group's tokens (`adv_mean` within 0.04 of 0); in the same 10
+advantage sums to zero over a group's tokens (`adv_mean` within 0.05 of 0, the rest from the
+step part, zero-sum per anchor group by samples rather than tokens); in the same 10
 steps at lr 6e-4 invalid answers still spiked (83% on FrozenLake at step 3, 94% on Sokoban at
 step 6) but fell back to 0-1% within 2-3 steps each time. The lr 6e-4 Sokoban run below
 moved its format tokens the same way, at the first token instead of the closing tag (not
