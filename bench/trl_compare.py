@@ -17,6 +17,8 @@ on the machine hits both alike. Measured per run, from outside the framework:
   ``metrics.jsonl``; TRL: a ``TrainerCallback``), median over steps 3..N;
 - start-up: process start to the start of the first step;
 - wall: the whole process, from start to exit (includes saving the final model);
+- start-up CPU: the CPU seconds (user + system) the process tree spent up to the first step,
+  sampled with the memory;
 - peak memory: the largest sum of PSS (``/proc/<pid>/smaps_rollup``) over the process and all
   its descendants (Ray's GCS, raylet and worker processes for roll), sampled every 0.5 s;
 - held-out accuracy: both final models are scored by the same evaluator here (Hugging Face
@@ -203,6 +205,37 @@ def tree_pss(root: int) -> dict[int, tuple[str, float]]:
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) so far of ``root`` and each of its descendants: pid -> (name, s)."""
+    kids, todo, out = _children(), [root], {}
+    while todo:
+        pid = todo.pop()
+        todo += kids.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[pid] = (_process_name(pid), (int(fields[11]) + int(fields[12])) / _TICK)
+        except (OSError, IndexError, ValueError):  # exited meanwhile
+            continue
+    return out
+
+
+def cpu_by_process_until(samples: list[tuple[float, dict[int, tuple[str, float]]]], until: float) -> dict[str, float]:
+    """CPU seconds by process name spent up to ``until``: each pid's last sample at or before it."""
+    last: dict[int, tuple[str, float]] = {}
+    for t, procs in samples:
+        if t > until:
+            break
+        last.update(procs)
+    by_name: dict[str, float] = {}
+    for name, cpu in last.values():
+        by_name[name] = by_name.get(name, 0.0) + cpu
+    return dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
+
+
 def tree_pss_mb(root: int) -> tuple[float, int]:
     """(sum of PSS in MB, number of processes) over ``root`` and its descendants."""
     procs = tree_pss(root)
@@ -235,10 +268,12 @@ def _run_once(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     peak: list[Any] = [0.0, 0, {}]
+    cpu: list[tuple[float, dict[int, tuple[str, float]]]] = []
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.5):
+            cpu.append((time.time(), tree_cpu(proc.pid)))
             procs = tree_pss(proc.pid)
             mb = sum(m for _, m in procs.values())
             if mb > peak[0]:
@@ -257,7 +292,7 @@ def _run_once(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float
         by_name[name] = by_name.get(name, 0.0) + mb
     return {"t0": t0, "wall_s": wall, "peak_pss_mb": peak[0], "peak_procs": peak[1],
             "peak_by_process": dict(sorted(by_name.items(), key=lambda kv: -kv[1])),
-            "load_avg": (load0 + os.getloadavg()[0]) / 2}
+            "load_avg": (load0 + os.getloadavg()[0]) / 2, "cpu_samples": cpu}
 
 
 def step_seconds(ends: list[float]) -> list[float]:
@@ -282,6 +317,7 @@ def run_roll(data: Path, model: str, steps: int, seed: int, out: Path, env: dict
               for k in ("timing/rollout", "timing/actor_train", "timing/old_logprobs", "timing/model_update")
               if any(k in r for r in rows[2:])}
     startup = {k.split("/", 2)[2]: float(v) for k, v in rows[0].items() if k.startswith("timing/startup/")}
+    m["startup_cpu_by_process"] = cpu_by_process_until(m.pop("cpu_samples"), first_begin)
     return {**m, "cmd": " ".join(shlex.quote(c) for c in cmd), "ends": ends, "startup_s": first_begin - m["t0"],
             "startup_phases": startup,
             "train_reward": [float(r.get("reward/math/correct", float("nan"))) for r in rows],
@@ -296,6 +332,7 @@ def run_trl(py: Path, data: Path, model: str, steps: int, seed: int, out: Path, 
     cmd = [str(py), str(out / "runner.py"), json.dumps(cfg)]
     m = run_measured(cmd, out / "trl.log", {**env, "TRL_EXPERIMENTAL_SILENCE": "1"})
     t = json.loads((out / "run" / "times.json").read_text())
+    m["startup_cpu_by_process"] = cpu_by_process_until(m.pop("cpu_samples"), t["begins"][0])
     return {**m, "cmd": f"{py.name} runner.py '<config>'", "ends": t["ends"], "startup_s": t["begins"][0] - m["t0"],
             "train_reward": t["rewards"], "phases": {}, "model": str(out / "run" / "final_model"),
             "torch_threads": t["torch_threads"]}
@@ -335,6 +372,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
 
     return {"step_s": statistics.median(statistics.median(step_seconds(r["ends"])[1:]) for r in runs),
             "startup_s": med("startup_s"), "wall_s": med("wall_s"), "peak_pss_mb": med("peak_pss_mb"),
+            "startup_cpu_s": statistics.median(sum(r.get("startup_cpu_by_process", {}).values()) for r in runs),
             "acc_greedy": statistics.mean(r["acc"]["greedy"] for r in runs),
             "acc_sampled": statistics.mean(r["acc"]["sampled"] for r in runs)}
 
@@ -375,6 +413,8 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
 
     row("seconds per step (median, steps 3..N)", "step_s", ".3f")
     row("start-up, s (median)", "startup_s", ".1f")
+    if roll_s["startup_cpu_s"] and trl_s["startup_cpu_s"]:  # results saved before it was measured have none
+        row("start-up CPU seconds, all processes (median)", "startup_cpu_s", ".1f")
     row("whole process wall, s (median)", "wall_s", ".1f")
     row("peak PSS of the process tree, MB (median)", "peak_pss_mb", ".0f")
     row(f"held-out accuracy after {args.steps} steps, greedy (mean)", "acc_greedy", ".3f")
@@ -390,12 +430,17 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
     if startup:
         lines += ["", "roll's start-up phases (first run, s; `timing/startup/*` of its first step): "
                   + ", ".join(f"{k} {v:.1f}" for k, v in startup.items())
-                  + " (process: interpreter, imports and config checks; data: tokenizer and prompts; ray: the local "
-                  "cluster; workers: the reward workers and the policy roles, built at the same time)."]
+                  + " (process: interpreter, imports and config checks; data: tokenizer and prompts, loaded while "
+                  "ray: the local cluster starts; workers: the reward workers and the policy roles, built at the same "
+                  "time; total: process start to the end of set-up)."]
     for fw in ("roll", "trl"):
         procs = runs[fw][0].get("peak_by_process") if runs[fw] else None
         if procs:
             lines += ["", f"{fw}'s peak PSS by process (first run, MB): " + ", ".join(f"{k} {v:.0f}" for k, v in procs.items()) + "."]
+        cpu = runs[fw][0].get("startup_cpu_by_process") if runs[fw] else None
+        if cpu:
+            lines += ["", f"{fw}'s CPU seconds to its first step by process (first run; less sensitive to the machine's "
+                      "load than the start-up time): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if v >= 0.05) + "."]
     retried = sum(r.get("ray_start_retries", 0) for rs in runs.values() for r in rs)
     if retried:
         lines += ["", f"{retried} roll run(s) were started again because Ray's node missed its 30 s start-up limit "

@@ -10,6 +10,7 @@ No algorithm maths lives here.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from pathlib import Path
 from typing import Any, Optional
@@ -24,10 +25,17 @@ from roll.utils.logging import get_logger
 from roll.viewer.records import agentic_records, log_records, write_step
 from roll.workers.base import resolve_model
 
-from roll.pipelines.base import BasePipeline
+from roll.pipelines.base import BasePipeline, lower_thread_priority
 from roll.pipelines.policy import PolicyTrainer
 
 logger = get_logger("roll.pipelines.agentic")
+
+
+def _load_tokenizer(model_path: str) -> Any:
+    lower_thread_priority()  # it overlaps the cluster's start (pipelines/base.py)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
 
 
 class AgenticPipeline(BasePipeline):
@@ -51,10 +59,12 @@ class AgenticPipeline(BasePipeline):
     # ================================================================ setup
     def setup(self) -> None:
         cfg = self.cfg
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.make_pool()
+        # the tokenizer (transformers' import: Python in this process, at a lower CPU priority)
+        # loads while the local Ray cluster starts (mostly its own processes), not one after the other
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentic-tokenizer") as ex:
+            tokenizer = ex.submit(_load_tokenizer, self.model_path)
+            self.make_pool()
+            self.tokenizer = tokenizer.result()
         self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
         self.train_scheduler = self._make_scheduler(validation=False)
         if cfg.val_env_manager is not None:

@@ -49,7 +49,7 @@ from roll.workers.base import resolve_model
 from roll.workers.inference import InferenceWorker
 from roll.workers.reward import RewardClient, RewardResult, RewardWorker
 
-from roll.pipelines.base import BasePipeline
+from roll.pipelines.base import BasePipeline, lower_thread_priority
 from roll.utils.loop import LoopThread
 from roll.pipelines.policy import PolicyTrainer
 
@@ -122,6 +122,31 @@ class RLVRPipeline(BasePipeline):
     def setup(self) -> None:
         cfg = self.cfg
         self.record_process_start()
+        # The prompts load (tokenizer import and chat templates: Python in this process, at a
+        # lower CPU priority) while the local Ray cluster starts (mostly its own processes), not
+        # one after the other. A data error is raised once the cluster is up, which the
+        # pipeline's shutdown then takes down.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-data") as ex:
+            data = ex.submit(self._load_data)
+            with self.startup_phase("ray"):
+                self.make_pool()
+            data.result()
+        # Start-up is spent starting worker processes (imports, model loads): the reward workers
+        # start in a thread while the policy roles are built instead of after them.
+        with self.startup_phase("workers"), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-setup") as ex:
+            rewards = ex.submit(self._make_reward_clusters)
+            with self.startup_phase("policy_roles"):
+                self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
+            self.reward_clusters = rewards.result()
+        self.rewards = RewardClient(self.reward_clusters, self.tag_to_reward, dict(cfg.rewards))
+        self.loop = LoopThread("rlvr-rollout")
+        self.router = Router(self.policy.actor_infer.workers, cfg.rollout.max_inflight_per_worker)
+        self.record_startup_total()
+
+    def _load_data(self) -> None:
+        """The tokenizer, the train and validation prompts (tokenized) and the domain routes."""
+        cfg = self.cfg
+        lower_thread_priority()
         with self.startup_phase("data"):
             from transformers import AutoTokenizer
 
@@ -135,19 +160,6 @@ class RLVRPipeline(BasePipeline):
                                                            cfg.data.tag_key, base_dir), "val")
                                 if cfg.data.val_files else [])
             self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
-
-        with self.startup_phase("ray"):
-            self.make_pool()
-        # Start-up is spent starting worker processes (imports, model loads): the reward workers
-        # start in a thread while the policy roles are built instead of after them.
-        with self.startup_phase("workers"), concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-setup") as ex:
-            rewards = ex.submit(self._make_reward_clusters)
-            with self.startup_phase("policy_roles"):
-                self.policy = PolicyTrainer(cfg, self.make_cluster, self.timer)
-            self.reward_clusters = rewards.result()
-        self.rewards = RewardClient(self.reward_clusters, self.tag_to_reward, dict(cfg.rewards))
-        self.loop = LoopThread("rlvr-rollout")
-        self.router = Router(self.policy.actor_infer.workers, cfg.rollout.max_inflight_per_worker)
 
     def _prepare(self, samples: list[PromptSample], split: str) -> list[Prompt]:
         """Tokenize with the chat template; drop (and count) prompts over max_prompt_length."""
