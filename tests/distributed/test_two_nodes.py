@@ -36,17 +36,21 @@ SCRIPT = textwrap.dedent(
         def where(self):
             return ray.get_runtime_context().get_node_id()
 
-    nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 3, "num_gpus": 4})
+    # no idle workers started ahead: every process here is an actor with its own runtime_env
+    nodes = RayCluster(initialize_head=True, head_node_args={
+        "num_cpus": 3, "num_gpus": 4,
+        "_system_config": {"enable_worker_prestart": False, "prestart_worker_first_driver": False}})
     nodes.add_node(num_cpus=3, num_gpus=4)
     nodes.wait_for_nodes()
     ray.init(address=nodes.address, namespace="two-nodes", log_to_driver=False)
     out = {}
     try:
         for name, train, infer in (("disaggregated", "0-3", "4-7"), ("colocated", "0-7", "0-7")):
-            # two devices per worker: half the processes, the same placement question
-            roles = {"actor_train": WorkerConfig(device_mapping=train, num_gpus_per_worker=2, num_cpus_per_worker=0.01,
+            # four devices per worker (a quarter of the processes, each a second or more of start-up
+            # on 2 cores), the same placement question: a worker per node where a role spans both
+            roles = {"actor_train": WorkerConfig(device_mapping=train, num_gpus_per_worker=4, num_cpus_per_worker=0.01,
                                                  strategy_args=StrategyArgs("torch_train")),
-                     "actor_infer": WorkerConfig(device_mapping=infer, num_gpus_per_worker=2, num_cpus_per_worker=0.01)}
+                     "actor_infer": WorkerConfig(device_mapping=infer, num_gpus_per_worker=4, num_cpus_per_worker=0.01)}
             pool = ResourcePool(ResourcesConfig(device="auto", cpus_per_device_slot=0.1), roles, timeout_s=60)
             run = {"node_ids": pool.plan.pool.node_ids}
             for role, wc in roles.items():
@@ -78,12 +82,12 @@ def test_workers_land_on_the_planned_nodes(tmp_path):
             want = [node_ids[int(n)] for n in run[role]["planned"]]
             assert run[role]["landed"] == want, (name, role, run)
     disagg = res["disaggregated"]
-    assert disagg["actor_train"]["landed"] == [disagg["node_ids"][0]] * 2  # devices 0-3: the first node
-    assert disagg["actor_infer"]["landed"] == [disagg["node_ids"][1]] * 2  # devices 4-7: the second
+    assert disagg["actor_train"]["landed"] == [disagg["node_ids"][0]]  # devices 0-3: the first node
+    assert disagg["actor_infer"]["landed"] == [disagg["node_ids"][1]]  # devices 4-7: the second
     colo = res["colocated"]
     assert colo["actor_train"]["landed"] == colo["actor_infer"]["landed"]  # same slots, same nodes
     first, second = colo["node_ids"]
-    assert colo["actor_train"]["landed"] == [first, first, second, second]
+    assert colo["actor_train"]["landed"] == [first, second]
 
 
 def _megatron(mapping: str, tp: int) -> WorkerConfig:
