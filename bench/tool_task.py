@@ -12,6 +12,14 @@ decoding modes; the success figures are greedy, averaged over seeds).
 
     python bench/tool_task.py              # seeds 42 and 43, one after another
     python bench/tool_task.py --quick      # one seed, every stage tiny; prints, never writes docs
+    python bench/tool_task.py --probe --probe-steps 1000   # the copy probe below; prints only
+
+``--probe`` trains the model in plain PyTorch on the chain's demonstrations (the token ids the
+SFT stage trains on: the tool schemas, the call, the tool's result, the answer; ``--probe-max-digits``
+and ``--probe-forms`` change the env's problems) and prints, every ``--probe-every`` steps, how
+well it copies on 64 held-out problems, with the correct prefix given (teacher forcing: the
+greedy choice at each place): the call's digits exactly, the answer's digits exactly, the share
+of the call's digits right, and the probability of starting the turn with a call.
 """
 from __future__ import annotations
 
@@ -123,8 +131,114 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
     return "\n".join(lines)
 
 
+def probe(args: Any) -> int:
+    """The copy probe (module docstring); plain PyTorch on the chain's demonstration tokens."""
+    import tempfile
+    import time
+
+    import numpy as np
+    import torch
+    from roll.data.chat import tokenize_conversation
+    from roll.pipelines.sft_data import generate
+    from roll.workers.base import resolve_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(args.probe_seed)
+    with open(ROOT / CONFIG) as f:
+        cfg = yaml.safe_load(f)["stages"]["grpo"]["overrides"]
+    env_kwargs = dict(cfg["custom_envs"][TAG]["env_kwargs"].get("env_kwargs") or {})
+    if args.probe_forms:
+        env_kwargs["forms"] = args.probe_forms
+    if args.probe_max_digits is not None:
+        env_kwargs["max_digits"] = args.probe_max_digits or None
+    cfg["custom_envs"][TAG]["env_kwargs"]["env_kwargs"] = env_kwargs
+    model_path = resolve_model(f"roll-tiny://{args.probe_size}")
+    tok = AutoTokenizer.from_pretrained(model_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg["output_dir"] = tmp
+        (Path(tmp) / "c.yaml").write_text(yaml.safe_dump(cfg))
+        rows = {}
+        for split, n, eps, seed in (("train", args.probe_rows, args.probe_epsilon, 0), ("val", 64, 0.0, 7)):
+            generate(str(Path(tmp) / "c.yaml"), f"{tmp}/{split}.jsonl", n, eps, seed=seed)
+            rows[split] = [tokenize_conversation(tok, r["messages"], tools=r.get("tools"))
+                           for r in map(json.loads, Path(f"{tmp}/{split}.jsonl").read_text().splitlines())]
+    digits = {tok.convert_tokens_to_ids(str(d)) for d in range(10)}
+    pad = tok.pad_token_id
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.probe_lr, weight_decay=0.0)
+    print(f"probe: {args.probe_size} model, env {env_kwargs}, {len(rows['train'])} rows (epsilon {args.probe_epsilon}), "
+          f"about {np.mean([len(x) for x, _ in rows['train']]):.0f} tokens each; lr {args.probe_lr:g}, "
+          f"batch {args.probe_batch}", flush=True)
+
+    def tensors(batch: list[tuple[list[int], list[int]]]) -> tuple[Any, Any, Any]:
+        n = max(len(x) for x, _ in batch)
+        ids = torch.full((len(batch), n), pad)
+        mask = torch.zeros((len(batch), n), dtype=torch.bool)
+        att = torch.zeros((len(batch), n), dtype=torch.long)
+        for i, (x, m) in enumerate(batch):
+            ids[i, :len(x)], mask[i, :len(m)], att[i, :len(x)] = torch.tensor(x), torch.tensor(m, dtype=torch.bool), 1
+        return ids, mask, att
+
+    def score(x: list[int], m: list[int], logits: Any) -> tuple[int, int, int, int, float]:
+        """One held-out row: call digits all right, answer digits all right, call digits right,
+        call digits, P(the turn starts with the call)."""
+        pred = logits.argmax(-1).tolist()
+        starts = [t for t in range(1, len(m)) if m[t] and not m[t - 1]]
+        ends = [t for t in range(1, len(m) + 1) if m[t - 1] and (t == len(m) or not m[t])]
+        (s1, e1), (s2, e2) = (starts[0], ends[0]), (starts[-1], ends[-1])
+        hits = [pred[t - 1] == x[t] for t in range(s1, e1) if x[t] in digits]
+        answer = all(pred[t - 1] == x[t] for t in range(s2, e2) if x[t] in digits)
+        return int(all(hits)), int(answer), sum(hits), len(hits), float(torch.softmax(logits[s1 - 1], -1)[x[s1]])
+
+    @torch.no_grad()
+    def evaluate() -> str:
+        model.eval()
+        rows_scored = []
+        for i in range(0, len(rows["val"]), 16):
+            chunk = rows["val"][i:i + 16]
+            ids, _, att = tensors(chunk)
+            rows_scored += [score(x, m, logits) for (x, m), logits in zip(chunk, model(input_ids=ids, attention_mask=att).logits)]
+        model.train()
+        call, answer, right, total, p_call = (sum(col) for col in zip(*rows_scored))
+        n = len(rows_scored)
+        return (f"call exact {100 * call / n:.0f}%, answer exact {100 * answer / n:.0f}%, "
+                f"call digits {100 * right / max(total, 1):.0f}%, P(call) {p_call / n:.2f}")
+
+    rng = np.random.default_rng(args.probe_seed)
+    t0, losses = time.time(), []
+    for step in range(1, args.probe_steps + 1):
+        ids, mask, att = tensors([rows["train"][i] for i in rng.integers(len(rows["train"]), size=args.probe_batch)])
+        hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
+        sel = mask[:, 1:]
+        # the head only where the loss is (the assistant tokens): the same loss, a third of the time
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[sel]), ids[:, 1:][sel])
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % args.probe_every == 0 or step == args.probe_steps:
+            print(f"step {step}: loss {np.mean(losses[-args.probe_every:]):.3f}, {evaluate()}, "
+                  f"{time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    args = chain_arg_parser(__doc__.split("\n\n")[0], "output/bench/tool_task", [42, 43]).parse_args(argv)
+    parser = chain_arg_parser(__doc__.split("\n\n")[0], "output/bench/tool_task", [42, 43])
+    parser.add_argument("--probe", action="store_true", help="the copy probe (see above) instead of the chain")
+    parser.add_argument("--probe-steps", type=int, default=600)
+    parser.add_argument("--probe-lr", type=float, default=3e-3)
+    parser.add_argument("--probe-batch", type=int, default=8)
+    parser.add_argument("--probe-size", default="tiny", help="roll-tiny:// size: tiny or small")
+    parser.add_argument("--probe-forms", nargs="+", default=None, help="default: the chain's")
+    parser.add_argument("--probe-max-digits", type=int, default=None, help="default: the chain's; 0: none")
+    parser.add_argument("--probe-epsilon", type=float, default=0.0, help="share of head answers in the training rows")
+    parser.add_argument("--probe-rows", type=int, default=1500)
+    parser.add_argument("--probe-every", type=int, default=100)
+    parser.add_argument("--probe-seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.probe:
+        return probe(args)
     runs = run_chain_seeds(CONFIG, args, QUICK, measure)
 
     def mean(key: str) -> float:
