@@ -69,8 +69,8 @@ def val_rounds(out: Path) -> dict[str, Any]:
     return {"rounds": rounds}
 
 
-FORM_TEXT = {"mul": "a product of two numbers", "mul_add": "a product plus a number",
-             "sum3": "a sum of three numbers", "sum4": "a sum of four numbers"}
+FORM_TEXT = {"mul": "a 3-digit by 2-digit product", "mul_add": "such a product plus a 4-digit number",
+             "sum3": "a sum of three 3-4 digit numbers", "sum4": "a sum of four 3-4 digit numbers"}
 
 
 def task_text(grpo: dict[str, Any]) -> str:
@@ -79,7 +79,7 @@ def task_text(grpo: dict[str, Any]) -> str:
     forms = kwargs.get("forms") or list(FORM_TEXT)
     text = ", or ".join(FORM_TEXT[f] for f in forms)
     digits = kwargs.get("max_digits")
-    return f"{text}, {'operands of at most ' + str(digits) + ' digits' if digits else 'operands of 2 to 4 digits'}"
+    return f"{text}, every operand cut to at most {digits} digits" if digits else text
 
 
 def fmt_calls(v: Optional[float]) -> str:
