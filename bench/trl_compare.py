@@ -188,39 +188,44 @@ def _process_name(pid: int) -> str:
     return Path(next((a for a in argv[1:] if a.endswith(".py") or "/bin/" in a), exe)).name
 
 
-def tree_pss(root: int) -> dict[int, tuple[str, float]]:
-    """PSS in MB of ``root`` and each of its descendants: pid -> (name, MB)."""
+def _tree_values(root: int, read) -> dict[int, tuple[str, float]]:
+    """``read(pid)`` for ``root`` and each of its descendants: pid -> (name, value); a process
+    that exits meanwhile (or has no value) is left out."""
     kids, todo, out = _children(), [root], {}
     while todo:
         pid = todo.pop()
         todo += kids.get(pid, [])
         try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        out[pid] = (_process_name(pid), int(line.split()[1]) / 1024)
-                        break
-        except OSError:  # exited meanwhile
+            value = read(pid)
+        except (OSError, IndexError, ValueError):  # exited meanwhile
             continue
+        if value is not None:
+            out[pid] = (_process_name(pid), value)
     return out
+
+
+def _pss_mb(pid: int) -> float | None:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return next((int(line.split()[1]) / 1024 for line in f if line.startswith("Pss:")), None)
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def tree_pss(root: int) -> dict[int, tuple[str, float]]:
+    """PSS in MB of ``root`` and each of its descendants: pid -> (name, MB)."""
+    return _tree_values(root, _pss_mb)
+
+
 def tree_cpu(root: int) -> dict[int, tuple[str, float]]:
     """CPU seconds (user + system) so far of ``root`` and each of its descendants: pid -> (name, s)."""
-    kids, todo, out = _children(), [root], {}
-    while todo:
-        pid = todo.pop()
-        todo += kids.get(pid, [])
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[pid] = (_process_name(pid), (int(fields[11]) + int(fields[12])) / _TICK)
-        except (OSError, IndexError, ValueError):  # exited meanwhile
-            continue
-    return out
+    return _tree_values(root, _cpu_s)
 
 
 def cpu_by_process_until(samples: list[tuple[float, dict[int, tuple[str, float]]]], until: float) -> dict[str, float]:
