@@ -98,7 +98,8 @@ def test_refused_requests_get_openai_errors(tok, strategy):
 
 def test_urls_are_scoped_to_their_episode_and_die_with_it(tok, strategy):
     def agent(client, session):
-        other = openai.OpenAI(base_url=str(client.base_url).replace(session.key, session.key[:-1] + "0"),
+        wrong = session.key[:-1] + ("1" if session.key.endswith("0") else "0")  # one hex digit off
+        other = openai.OpenAI(base_url=str(client.base_url).replace(session.key, wrong),
                               api_key="x", max_retries=0)
         with pytest.raises(openai.NotFoundError):
             other.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
