@@ -37,8 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/tool_arith_cpu.yaml"
 TAG = "Arith"
 SECTION = "## Tool task"
-STAGES = ("baseline", "demos", "sft", "grpo")
+STAGES = ("baseline", "demos_clean", "demos", "sft_short", "sft", "grpo")
 QUICK = ["stages.baseline.overrides.val_batch_size=8", "stages.demos.demos.episodes=16",
+         "stages.demos_clean.demos.episodes=16",
+         "stages.sft_short.overrides.max_steps=2", "stages.sft_short.overrides.save_steps=0",
          "stages.sft.overrides.max_steps=2", "stages.sft.overrides.save_steps=0",
          "stages.grpo.overrides.max_steps=1", "stages.grpo.overrides.eval_steps=1",
          "stages.grpo.overrides.save_steps=0", "stages.grpo.overrides.val_batch_size=8",
@@ -90,17 +92,20 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
     n = runs[0]["episodes"]
     with open(ROOT / CONFIG) as f:
         chain = yaml.safe_load(f)["stages"]
-    grpo, sft, demos = chain["grpo"]["overrides"], chain["sft"]["overrides"], chain["demos"]["demos"]
+    grpo, demos = chain["grpo"]["overrides"], chain["demos"]["demos"]
+    short, sft = chain["sft_short"]["overrides"], {**chain["sft_short"]["overrides"], **chain["sft"]["overrides"]}
     model = grpo["pretrain"].split("//")[-1]
     lines = [SECTION, "",
              f"`{invocation}`: `roll run {CONFIG}` once per seed (`seed=S`), each a fresh process on the",
              "2-core CPU (load average before and after in the table: with a load of L on 2 cores a run gets",
              f"about 2/L of the CPU). The task: roll/Arith-v0 ({task_text(grpo)}; reward 1 for the exact whole",
              f"number) with the calculator through roll/Tools-v0; the {model} model. The chain: `baseline` (the untrained",
-             f"model), `demos` ({demos['episodes']} expert episodes: call the calculator with the problem's",
-             f"expression, then answer its result; a share {demos['epsilon']} of the problems answered from the",
-             "head instead, one digit off, with no cue for which),",
-             f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} conversations at lr "
+             f"model), `demos_clean` ({chain['demos_clean']['demos']['episodes']} expert episodes: call the calculator",
+             f"with the problem's expression, then answer its result), `demos` ({demos['episodes']} more with a share",
+             f"{demos['epsilon']} of the problems answered from the head instead, one digit off, with no cue for which),",
+             f"`sft_short` ({short['max_steps']} steps of {short['rollout_batch_size']} clean conversations without",
+             "the calculator's schema in the system block), "
+             f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} noisy conversations with it, at lr "
              f"{sft['actor_train']['training_args']['lr']:g}), `grpo` "
              f"({grpo['max_steps']} steps of {grpo['rollout_batch_size']} episodes, groups of "
              f"{grpo['train_env_manager']['group_size']}).",
@@ -111,7 +116,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
              "`roll run` process.",
              *([note] if note else []), "",
              "| seed | untrained greedy / sampled | SFT start greedy / sampled | RL end greedy / sampled | "
-             "gain greedy / sampled (pp) | calls SFT -> RL | demo success | wall (s): baseline, demos, sft, grpo; total "
+             "gain greedy / sampled (pp) | calls SFT -> RL | demo success | wall (s): " + ", ".join(STAGES) + "; total "
              "| load before / after |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:

@@ -74,9 +74,12 @@ class Stage:
     source: str
     """The stage's config file (or "inline")."""
     upstream: Optional[str]
-    """The stage whose output feeds this one, if any."""
+    """The stage whose output feeds this one, if any (with ``inputs``: the one feeding ``pretrain``,
+    else the first)."""
     input_key: Optional[str]
     fingerprint: str = ""
+    feeds: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Every config key fed by an earlier stage -> that stage."""
 
     @property
     def output(self) -> Path:
@@ -113,6 +116,30 @@ def _upstream(names: list[str], specs: dict[str, StageConfig], i: int) -> Option
     return None
 
 
+def _feeds(names: list[str], specs: dict[str, StageConfig], i: int) -> dict[str, str] | str:
+    """Config key -> the earlier stage whose output it receives, for stage ``i`` (its ``inputs``,
+    else its ``input``); a string: the problem."""
+    spec = specs[names[i]]
+    if spec.inputs:
+        wrong = [f"{k}: {v!r}" for k, v in spec.inputs.items()
+                 if v not in names[:i] or specs[v].kind not in ("demos", "run")]
+        if wrong:
+            return (f"inputs: {', '.join(wrong)}: each must name an earlier demos or run stage "
+                    f"(earlier: {[n for n in names[:i] if specs[n].kind in ('demos', 'run')]})")
+        return dict(spec.inputs)
+    upstream = _upstream(names, specs, i)
+    key = spec.input
+    if key == "auto":
+        if upstream is None or spec.kind == "demos":
+            return {}
+        key = "data.train_files" if specs[upstream].kind == "demos" else "pretrain"
+    if key is None:
+        return {}
+    if upstream is None:
+        return f"input {key!r}: no earlier demos or run stage produces anything to feed it"
+    return {key: upstream}
+
+
 def load_chain(path: str | os.PathLike, overrides: list[str] = ()) -> tuple[ChainConfig, list[Stage]]:
     """The chain and its stages, each with its resolved config; every problem of every stage
     at once (a ConfigError, one line per problem, prefixed with the stage)."""
@@ -133,26 +160,21 @@ def load_chain(path: str | os.PathLike, overrides: list[str] = ()) -> tuple[Chai
         if spec.config is None and not spec.overrides:
             problems.append(f"{where}: give a `config` file, inline `overrides`, or both")
             continue
-        upstream = _upstream(names, chain.stages, i)
-        key = spec.input
-        if key == "auto":
-            key = None
-            if upstream is not None and spec.kind != "demos":
-                key = "data.train_files" if chain.stages[upstream].kind == "demos" else "pretrain"
-        if key is None:
-            upstream = None
-        elif upstream is None:
-            problems.append(f"{where}: input {key!r}: no earlier demos or run stage produces anything to feed it")
+        feeds = _feeds(names, chain.stages, i)
+        if isinstance(feeds, str):
+            problems.append(f"{where}: {feeds}")
             continue
         stage_dir = out / name
         forced = [f"output_dir={json.dumps(str(stage_dir))}", f"seed={chain.seed}",
                   f"exp_name={json.dumps(f'{chain.exp_name}_{name}')}",
                   # an interrupted run stage continues from its own checkpoint (see module doc)
                   f"resume_from_checkpoint={'true' if spec.kind == 'run' else 'false'}"]
-        if key is not None:
+        for key, upstream in feeds.items():
             produced = out / upstream / OUTPUTS[chain.stages[upstream].kind]
             value = [str(produced)] if chain.stages[upstream].kind == "demos" else str(produced)
             forced.append(f"{key}={json.dumps(value)}")
+        key = "pretrain" if "pretrain" in feeds else next(iter(feeds), None)
+        upstream = feeds.get(key) if key else None
         cfg_path = None
         if spec.config is not None:
             cfg_path = Path(spec.config).expanduser()
@@ -162,12 +184,12 @@ def load_chain(path: str | os.PathLike, overrides: list[str] = ()) -> tuple[Chai
         except ConfigError as e:
             problems += [f"{where}: {p}" for p in e.errors]
             continue
-        stages.append(Stage(name, spec, stage_dir, cfg, str(cfg_path) if cfg_path else "inline", upstream, key))
+        stages.append(Stage(name, spec, stage_dir, cfg, str(cfg_path) if cfg_path else "inline", upstream, key, feeds=feeds))
     if problems:
         raise ConfigError(problems)
     fingerprints: dict[str, str] = {}
     for st in stages:
-        st.fingerprint = _fingerprint(st, fingerprints.get(st.upstream or "", ""))
+        st.fingerprint = _fingerprint(st, ",".join(fingerprints.get(up, "") for up in st.feeds.values()))
         fingerprints[st.name] = st.fingerprint
     return chain, stages
 
@@ -470,7 +492,7 @@ def print_stages(chain: ChainConfig, stages: list[Stage], problems: list[str]) -
         action, why = decide(st, state["stages"].get(st.name), earlier_ran)
         earlier_ran = earlier_ran or action != "skip"
         src = _rel(Path(st.source)) if st.source != "inline" else "inline config"
-        feed = f"; {st.input_key} <- {st.upstream}" if st.upstream else ""
+        feed = "".join(f"; {k} <- {up}" for k, up in st.feeds.items())
         extra = ""
         if st.spec.kind == "run":
             extra = f", {st.cfg.pipeline} {st.cfg.max_steps} steps"

@@ -90,7 +90,7 @@ class SFTPipeline(BasePipeline):
         out, too_long, no_loss = [], 0, 0
         for messages, tools in examples:
             try:
-                ids, mask = tokenize_conversation(self.tokenizer, messages, tools=tools)
+                ids, mask = tokenize_conversation(self.tokenizer, messages, tools=tools if self.cfg.data.with_tools else None)
             except ChatTemplateError as e:
                 raise ConfigError([f"data ({split}): {e}"]) from None
             if len(ids) > self.cfg.data.max_seq_length:

@@ -115,6 +115,10 @@ class DataConfig:
     """SFT: conversations longer than this (tokens) are dropped and counted."""
     shuffle: bool = True
     """SFT: shuffle the examples every epoch (seeded)."""
+    with_tools: bool = True
+    """SFT: render a row's tool schemas (its ``tools`` list) into the system block, as a tool env's
+    prompts are; false leaves them out, the calls and results stay: a short first stage that lets
+    a small model learn the calls' format and copying before the long prompts (docs/tools.md)."""
 
 
 @dataclass
@@ -219,6 +223,9 @@ class StageConfig:
     """Config key that receives the output of the nearest earlier demos or run stage. auto: a
     demos file becomes `data.train_files`, a model becomes `pretrain` (a demos stage takes no
     input); null: nothing is fed."""
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Config key -> name of an earlier demos or run stage whose output it receives, for a stage
+    fed by more than one (e.g. `{pretrain: sft_short, data.train_files: demos}`); replaces `input`."""
     demos: DemosArgs = field(default_factory=DemosArgs)
     """kind demos: episodes, epsilon and tags."""
 

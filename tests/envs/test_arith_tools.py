@@ -96,6 +96,24 @@ def test_the_chains_demonstrations_carry_tools_and_the_sft_pipeline_reads_them(t
     assert "<tools>" in tok.decode(ids) and tok.decode([i for i, m in zip(ids, mask) if m]).count("<|im_end|>") == 2
 
 
+def test_sft_without_tools_leaves_out_the_schema_and_trains_the_same_turns(tmp_path, tok):
+    from roll.pipelines.sft import SFTPipeline
+
+    demos = tmp_path / "demos.jsonl"
+    generate(str(stage_config(tmp_path, "demos")), str(demos), episodes=4, epsilon=0.0, seed=2)
+    chain, stages = load_chain(CHAIN, [f"output_dir={tmp_path / 'out'}"])
+    trained = {}
+    for name in ("sft_short", "sft"):
+        cfg = next(s for s in stages if s.name == name).cfg
+        pipe = SFTPipeline(cfg)
+        pipe.tokenizer = tok
+        trained[name] = pipe._tokenize(read_examples([str(demos)], "messages"), "train")
+    for (short_ids, short_mask), (ids, mask) in zip(trained["sft_short"], trained["sft"]):
+        assert "<tools>" in tok.decode(ids) and "<tools>" not in tok.decode(short_ids)
+        assert len(short_ids) < len(ids) - 200
+        assert [i for i, m in zip(short_ids, short_mask) if m] == [i for i, m in zip(ids, mask) if m]
+
+
 def test_a_bad_tools_entry_in_sft_data_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": "calculator"}) + "\n")
@@ -111,11 +129,17 @@ def test_demonstrations_of_a_tool_env_in_step_mode_are_refused(tmp_path):
 
 def test_the_chain_validates_and_plans(tmp_path):
     chain, stages = load_chain(CHAIN, [f"output_dir={tmp_path / 'out'}"])
-    assert [s.name for s in stages] == ["baseline", "demos", "sft", "grpo"]
-    assert [s.spec.kind for s in stages] == ["eval", "demos", "run", "run"]
+    assert [s.name for s in stages] == ["baseline", "demos_clean", "demos", "sft_short", "sft", "grpo"]
+    assert [s.spec.kind for s in stages] == ["eval", "demos", "demos", "run", "run", "run"]
     assert preflight_chain(stages, placement=False) == []
     by = {s.name: s for s in stages}
-    assert by["sft"].cfg.pipeline == "sft" and by["sft"].input_key == "data.train_files"
+    out = tmp_path / "out"
+    # copying is learned on short clean conversations first, then with the schema on noisy ones
+    assert by["sft_short"].cfg.data.train_files == [str(out / "demos_clean" / "demos.jsonl")]
+    assert not by["sft_short"].cfg.data.with_tools and by["sft"].cfg.data.with_tools
+    assert by["sft"].feeds == {"pretrain": "sft_short", "data.train_files": "demos"}
+    assert by["sft"].cfg.pretrain == str(out / "sft_short" / "final_model")
+    assert by["sft"].cfg.pipeline == "sft" and by["grpo"].upstream == "sft"
     assert by["grpo"].cfg.pipeline == "agentic" and by["grpo"].input_key == "pretrain"
     env = by["grpo"].cfg.custom_envs["Arith"]
     assert env.env_id == "roll/Tools-v0" and env.env_kwargs["env"] == "roll/Arith-v0"

@@ -159,6 +159,29 @@ def test_a_bad_stage_fails_the_chain_before_anything_runs(tmp_path, monkeypatch)
     path = write_chain(tmp_path, {"rl": {"config": ENV_CFG, "input": "pretrain"}}, "input.yaml")
     with pytest.raises(ConfigError, match="no earlier demos or run stage"):
         load_chain(path)
+    later = {"sft": {"config": SFT_CFG, "inputs": {"data.train_files": "d2"}}, "d2": demos()}
+    with pytest.raises(ConfigError, match=r"stages.sft: inputs: data.train_files: 'd2': each must name an earlier"):
+        load_chain(write_chain(tmp_path, later, "inputs.yaml"))
+
+
+def test_a_stage_fed_by_two_earlier_stages(tmp_path):
+    """``inputs`` wires a model and a demos file that are not the nearest stage's output; the
+    stage's fingerprint follows both, so a changed demos stage reruns it."""
+    stages = {"d_clean": demos(0.0), "d_noisy": demos(0.5),
+              "short": {"config": SFT_CFG, "overrides": {"data": {"with_tools": False}}},
+              "sft": {"config": SFT_CFG, "inputs": {"pretrain": "short", "data.train_files": "d_noisy"}}}
+    _, loaded = load_chain(write_chain(tmp_path, stages))
+    by = {st.name: st for st in loaded}
+    out = tmp_path / "out"
+    assert by["short"].cfg.data.train_files == [str(out / "d_noisy" / "demos.jsonl")]  # auto: the nearest
+    assert by["sft"].cfg.data.train_files == [str(out / "d_noisy" / "demos.jsonl")]
+    assert by["sft"].cfg.pretrain == str(out / "short" / "final_model")
+    assert (by["sft"].upstream, by["sft"].input_key) == ("short", "pretrain")
+    assert not by["short"].cfg.data.with_tools and by["sft"].cfg.data.with_tools
+    stages["d_noisy"] = demos(0.25)
+    _, again = load_chain(write_chain(tmp_path, stages))
+    changed = [a.name for a, b in zip(loaded, again) if a.fingerprint != b.fingerprint]
+    assert changed == ["d_noisy", "short", "sft"]
 
 
 def test_the_main_chain_wires_each_output_into_the_next_stage_and_passes_preflight(tmp_path):
