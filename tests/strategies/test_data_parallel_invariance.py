@@ -6,8 +6,9 @@ logprobs equal the one-rank result: both backends run a throw-away forward there
 A wrong dp_size factor (gradients averaged over ranks of losses normalised by the global
 counts) would halve the update and fail here.
 
-Each configuration runs in fresh processes (gloo process groups), which write the step's loss,
-grad norm and the updated parameters to a file; float32 on CPU, compared at 1e-6.
+Each backend and world size runs in fresh processes (gloo process groups); they take every mode
+in turn, each from a fresh strategy and model, and write each step's loss, grad norm and updated
+parameters to a file; float32 on CPU, compared at 1e-6.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ WORKER = textwrap.dedent(
     from roll.registry import STRATEGIES
     from roll.strategies.torch_train import init_process_group
 
-    model_dir, mode, world, port, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    model_dir, modes, world, port, out = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     backend = sys.argv[6]
     options = {"torch_train": {"parallel": "ddp"}, "deepspeed": {"zero_stage": 2}}[backend]
 
@@ -50,6 +51,11 @@ WORKER = textwrap.dedent(
     def run(rank):
         torch.set_num_threads(1)
         init_process_group(rank, world, "127.0.0.1", port, 60)
+        results = {mode: step(rank, mode) for mode in modes}
+        if rank == 0:
+            torch.save(results, out)
+
+    def step(rank, mode):
         cfg = WorkerConfig(model_name_or_path=model_dir, strategy_args=StrategyArgs(backend, dict(options)),
                            training_args=TrainingArgs(lr=1e-3, adam_eps=1.0, per_device_train_batch_size=2),
                            infer_batch_size=2)
@@ -63,9 +69,8 @@ WORKER = textwrap.dedent(
         lp = s.logprobs(rows)
         if rank == 1:
             assert tuple(lp.shape) == (0, 16), lp.shape
-        if rank == 0:
-            torch.save({"loss": m["loss"], "grad_norm": m["grad_norm"], "logprobs": lp,
-                        "params": {k: v.detach().clone() for k, v in s.hf_model.named_parameters()}}, out)
+        return {"loss": m["loss"], "grad_norm": m["grad_norm"], "logprobs": lp,
+                "params": {k: v.detach().clone() for k, v in s.hf_model.named_parameters()}}
 
     if world == 1:
         run(0)
@@ -81,25 +86,28 @@ def _port() -> int:
     return free_port()
 
 
-def _run(tmp_path, model_dir, mode, world, backend):
-    out = tmp_path / f"{backend}-{mode}-{world}.pt"
+def _run(tmp_path, model_dir, world, backend):
+    out = tmp_path / f"{backend}-{world}.pt"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", WORKER, model_dir, mode, str(world), str(_port()), str(out), backend],
+    proc = subprocess.run([sys.executable, "-c", WORKER, model_dir, ",".join(AGG_MODES), str(world), str(_port()),
+                           str(out), backend],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
 
 @pytest.mark.parametrize("backend", ["torch_train", "deepspeed"])
-@pytest.mark.parametrize("mode", AGG_MODES)
-def test_two_ranks_equal_one(tmp_path, tiny_model_dir, mode, backend):
+def test_two_ranks_equal_one(tmp_path, tiny_model_dir, backend):
     if backend == "deepspeed":
         pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra `deepspeed`)")
-    one = _run(tmp_path, tiny_model_dir, mode, 1, backend)
-    two = _run(tmp_path, tiny_model_dir, mode, 2, backend)
-    assert one["grad_norm"] > 0
-    assert two["loss"] == pytest.approx(one["loss"], abs=1e-6)
-    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
-    for name, p in one["params"].items():
-        assert torch.allclose(p, two["params"][name], atol=1e-6), name
-    assert torch.allclose(one["logprobs"], two["logprobs"], atol=1e-5)
+    ones = _run(tmp_path, tiny_model_dir, 1, backend)
+    twos = _run(tmp_path, tiny_model_dir, 2, backend)
+    assert list(ones) == list(twos) == list(AGG_MODES)
+    for mode in AGG_MODES:
+        one, two = ones[mode], twos[mode]
+        assert one["grad_norm"] > 0, mode
+        assert two["loss"] == pytest.approx(one["loss"], abs=1e-6), mode
+        assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5), mode
+        for name, p in one["params"].items():
+            assert torch.allclose(p, two["params"][name], atol=1e-6), (mode, name)
+        assert torch.allclose(one["logprobs"], two["logprobs"], atol=1e-5), mode
