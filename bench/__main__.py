@@ -17,10 +17,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ["envs", "webshop", "sandbox", "rollout", "train_step", "model_update", "rlvr_learning", "learning", "main_job",
-         "soak", "trl_compare", "async_e2e"]
-NOT_IN_ALL = {"gpu_check", "learning", "soak", "rlvr_learning", "main_job", "trl_compare", "async_e2e"}
+         "soak", "trl_compare", "trl_agentic", "async_e2e"]
+NOT_IN_ALL = {"gpu_check", "learning", "soak", "rlvr_learning", "main_job", "trl_compare", "trl_agentic", "async_e2e"}
 """Needs a GPU, or a chain of training runs of many minutes even with --quick (trl_compare:
-an SFT warm start, a pip install of TRL and two training runs; async_e2e: an SFT warm start
+an SFT warm start, a pip install of TRL and two training runs; trl_agentic: the same on
+FrozenLake, about 10 minutes with --quick on a busy 2-core machine; async_e2e: an SFT warm start
 and two RL runs, each starting a vLLM engine)."""
 
 
