@@ -62,6 +62,11 @@ class WebShopEnv(gym.Env):
         catalog_path: a directory holding products.json and goals.json (default: shipped).
         show_instruction_in_page: put the instruction at the top of every page, as the original.
         show_available_actions: append the list of available actions to every observation.
+        results_per_page: products per search-results page (the original: 10). Fewer make
+            shorter observations for small models; the reward is unchanged.
+        max_goal_options, max_goal_attributes: keep only the split's goals with at most this
+            many options / attributes (None: all), an easier split with the same reward; the
+            training split keeps its rarity weights.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -70,7 +75,8 @@ class WebShopEnv(gym.Env):
                  require_answer_tag: Optional[bool] = None, parser: ParserConfig | Mapping[str, Any] | None = None,
                  catalog_path: Optional[str] = None,
                  show_instruction_in_page: bool = True, show_available_actions: bool = True,
-                 render_mode: Optional[str] = None):
+                 render_mode: Optional[str] = None, results_per_page: int = pages.RESULTS_PER_PAGE,
+                 max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None):
         if split not in SPLIT_NAMES:
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
@@ -78,9 +84,22 @@ class WebShopEnv(gym.Env):
         check_render_mode(self, render_mode)
         self.split, self.max_steps, self.render_mode = split, max_steps, render_mode
         self.catalog: Catalog = load_catalog(catalog_path)
+        if results_per_page < 1:
+            raise ValueError(f"results_per_page must be >= 1, got {results_per_page}")
+        self.results_per_page = results_per_page
         self.goal_list = self.catalog.goals(split)
+        self._train_p = self.catalog.weights.get("train")
+        if max_goal_options is not None or max_goal_attributes is not None:
+            keep = [i for i, g in enumerate(self.goal_list)
+                    if (max_goal_options is None or len(g["options"]) <= max_goal_options)
+                    and (max_goal_attributes is None or len(g["attributes"]) <= max_goal_attributes)]
+            self.goal_list = [self.goal_list[i] for i in keep]
+            if split == "train" and keep:
+                w = self.catalog.weights["train"][keep]
+                self._train_p = w / w.sum()
         if not self.goal_list:
-            raise ValueError(f"catalog {self.catalog.source} has no {split} goals")
+            raise ValueError(f"catalog {self.catalog.source} has no {split} goals"
+                             f" (max_goal_options {max_goal_options}, max_goal_attributes {max_goal_attributes})")
         self.parser_config = build_parser_config(parser, format_penalty=format_penalty)
         if require_answer_tag is not None:
             self.parser_config.require_answer_tag = bool(require_answer_tag)
@@ -107,7 +126,7 @@ class WebShopEnv(gym.Env):
         elif seed is not None and self.split != "train":
             index = seed % len(self.goal_list)  # evaluation: seed i is goal i, every goal once
         elif self.split == "train":
-            index = int(self.np_random.choice(len(self.goal_list), p=self.catalog.weights["train"]))
+            index = int(self.np_random.choice(len(self.goal_list), p=self._train_p))
         else:
             index = int(self.np_random.integers(len(self.goal_list)))
         self.goal = self.goal_list[index]
@@ -228,9 +247,9 @@ class WebShopEnv(gym.Env):
         if s.page == "search":
             page = pages.search_page(instr)
         elif s.page == "results":
-            lo = (s.result_page - 1) * pages.RESULTS_PER_PAGE
-            shown = [self.catalog.by_asin[a] for a in s.results[lo:lo + pages.RESULTS_PER_PAGE]]
-            page = pages.results_page(instr, shown, s.result_page, len(s.results))
+            lo = (s.result_page - 1) * self.results_per_page
+            shown = [self.catalog.by_asin[a] for a in s.results[lo:lo + self.results_per_page]]
+            page = pages.results_page(instr, shown, s.result_page, len(s.results), self.results_per_page)
         elif s.page == "item":
             page = pages.item_page(instr, self.catalog.by_asin[s.asin])
         elif s.page == "sub":
@@ -280,7 +299,7 @@ class WebShopEnv(gym.Env):
             page = "results"
         chosen = dict(s.options) if page == "item" else {}
         if page == "results":
-            wanted = results.index(target) // pages.RESULTS_PER_PAGE + 1
+            wanted = results.index(target) // self.results_per_page + 1
             step = "click[next >]" if wanted > current else "click[< prev]"
             plan += [step] * abs(wanted - current)
             plan.append(f"click[{target.lower()}]")

@@ -40,17 +40,18 @@ def search_page(instruction: str | None) -> Page:
     return Page(SEP.join([*_header(instruction), "Search"]), [], has_search_bar=True)
 
 
-def n_result_pages(n_results: int) -> int:
-    return max(1, -(-n_results // RESULTS_PER_PAGE))
+def n_result_pages(n_results: int, per_page: int = RESULTS_PER_PAGE) -> int:
+    return max(1, -(-n_results // per_page))
 
 
-def results_page(instruction: str | None, products: Sequence[dict[str, Any]], page: int, total: int) -> Page:
+def results_page(instruction: str | None, products: Sequence[dict[str, Any]], page: int, total: int,
+                 per_page: int = RESULTS_PER_PAGE) -> Page:
     parts = [*_header(instruction), BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]
     clickables = [BACK_TO_SEARCH.lower()]
     if page > 1:
         parts.append(PREV_PAGE)
         clickables.append(PREV_PAGE.lower())
-    if page < n_result_pages(total):
+    if page < n_result_pages(total, per_page):
         parts.append(NEXT_PAGE)
         clickables.append(NEXT_PAGE.lower())
     for p in products:
