@@ -455,6 +455,18 @@ def merge_earlier(results: dict[str, dict[str, Any]], out_root: Path, order: lis
     return merged, [c for r in merged.values() for c in r.get("commands", [])]
 
 
+def result_figures(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The RESULT line's ``name=value`` figures: each env's GRPO gain (WebShop: the easier split's,
+    then the full benchmark's) and the multi-env run's per validation env."""
+    figures = [f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}" for n in ("sokoban", "frozenlake") if n in results]
+    if "multi" in results:
+        figures += [f"multi_{t}_gain_pp={g['gain']:.1f}" for t, g in results["multi"]["algos"]["grpo"]["per_tag"].items()]
+    if "webshop" in results:
+        ws = results["webshop"]["algos"]["grpo"]
+        figures += [f"webshop_gain_pp={ws['gain']:.1f}", f"webshop_full_gain_pp={ws['per_tag']['WebShopFull']['gain']:.1f}"]
+    return figures
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the same chain, tiny (does not touch docs/)")
@@ -511,13 +523,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         (out_root / name / "result.json").write_text(json.dumps(r, indent=1))
     results, commands = merge_earlier(results, out_root, list(specs))
     (out_root / "results.json").write_text(json.dumps(results, indent=1))
-    figures = [f"{n}_gain_pp={results[n]['algos']['grpo']['gain']:.1f}" for n in ("sokoban", "frozenlake") if n in results]
-    if "multi" in results:
-        figures += [f"multi_{t}_gain_pp={g['gain']:.1f}" for t, g in results["multi"]["algos"]["grpo"]["per_tag"].items()]
-    if "webshop" in results:
-        ws = results["webshop"]["algos"]["grpo"]
-        figures += [f"webshop_gain_pp={ws['gain']:.1f}", f"webshop_full_gain_pp={ws['per_tag']['WebShopFull']['gain']:.1f}"]
-    result_line = "RESULT " + " ".join(figures)
+    result_line = "RESULT " + " ".join(result_figures(results))
     if docs is not None:
         write_section(doc=docs / "benchmarks.md", quick=False, text=section_text(results, commands, result_line, "docs/learning_curves",
                                                              shlex.join(["python", "bench/learning.py", *(argv if argv is not None else sys.argv[1:])])))

@@ -1,0 +1,169 @@
+"""What a model has learnt of WebShop, page by page: a cheap probe of the learning chain's models.
+
+The clean expert walks held-out test goals of a split of the WebShop chain
+(configs/agentic/learning/webshop_rl_base.yaml: ``easy`` is the split the chain trains on,
+``full`` the shipped benchmark on the same prompts). On every page it visits, the probed model
+sees exactly the RL prompt (the page alone, chat template applied) and
+
+* teacher-forced: the share of the expert answer's tokens that are the model's argmax given the
+  expert's prefix, and how often all of them are;
+* greedy (generated, up to ``max_new_tokens``): its answer is carried out on a copy of the
+  env's state and scored by page: on the search page whether it is a search, whether it names the
+  goal's product type and how many of the goal's attributes it copies, and where the goal's
+  target then ranks; on a results page whether it opens a product, the target or the top hit;
+  on an item page whether it does what the expert does (the goal's option, or buy now).
+
+It prints the prompt length per page in tokens and the expert's turns per goal too. Prints
+only (the chain's numbers live in docs/benchmarks.md, Learning).
+
+    python bench/webshop_probe.py                       # the chain's SFT model, easy split
+    python bench/webshop_probe.py --model roll-tiny://tiny --split full
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = "configs/agentic/learning/webshop_grpo.yaml"
+TAGS = {"easy": "WebShopTest", "full": "WebShopFull"}
+DEFAULT_MODEL = "output/learning/bench/full/webshop/sft/final_model"
+
+
+def expert_states(env: Any, goals: int) -> tuple[list[dict[str, Any]], list[int]]:
+    """Every page the clean expert visits on test goals 0..goals-1: the observation, the page
+    kind, the expert's action, the goal and a snapshot of the env to try other actions from."""
+    from roll.envs.agents import format_answer
+
+    u = env.unwrapped
+    states, turns = [], []
+    for i in range(goals):
+        obs, _ = env.reset(seed=i)
+        for t in range(u.max_steps):
+            plan = u.expert_plan()
+            states.append({"obs": obs, "page": u.state.page, "expert": plan[0], "goal": u.goal,
+                           "snapshot": (copy.deepcopy(u.state), u._page, u._obs, u.steps)})
+            obs, _, terminated, truncated, _ = env.step(format_answer([plan[0]]))
+            if terminated or truncated:
+                break
+        turns.append(t + 1)
+    return states, turns
+
+
+def judge(env: Any, state: dict[str, Any], answer: str) -> dict[str, float]:
+    """Carry ``answer`` out from the state's snapshot and score it for its page (module docstring)."""
+    from roll.envs.webshop.search import tokenize
+
+    u = env.unwrapped
+    u.state, u._page, u._obs, u.steps = copy.deepcopy(state["snapshot"][0]), *state["snapshot"][1:]
+    before = copy.deepcopy(u.state)
+    _, _, _, _, info = env.step(answer)
+    goal, page = state["goal"], state["page"]
+    out = {"valid": float(info["action_is_valid"])}
+    if page == "search":
+        is_search = info["action_is_valid"] and u.state.page == "results"
+        words = set(tokenize(u.state.keywords)) if is_search else set()
+        out["search"] = float(is_search)
+        out["type_words"] = float(is_search and set(tokenize(goal["query"])) <= words)
+        attrs = [set(tokenize(a)) for a in goal["attributes"]]
+        out["attributes_copied"] = sum(a <= words for a in attrs) / max(len(attrs), 1) if is_search else 0.0
+        rank = u.state.results.index(goal["asin"]) if is_search and goal["asin"] in u.state.results else -1
+        out["target_on_page_1"] = float(0 <= rank < u.results_per_page)
+        out["target_in_top_50"] = float(rank >= 0)
+    elif page == "results":
+        opened = info["action_is_valid"] and u.state.page == "item" and before.page == "results"
+        out["opens_product"] = float(opened)
+        out["opens_target"] = float(opened and u.state.asin == goal["asin"])
+        first = (before.result_page - 1) * u.results_per_page
+        out["opens_top_hit"] = float(opened and before.results and u.state.asin == before.results[first])
+    elif page == "item":
+        expert = state["expert"]
+        out["as_expert"] = float(info["action_is_valid"] and answer_action(answer) == expert.lower())
+        out["expert_buys"] = float(expert == "click[buy now]")
+    return out
+
+
+def answer_action(text: str) -> str:
+    """The action inside <answer>...</answer>, lower-cased and trimmed ('' when there is none)."""
+    start, end = text.find("<answer>"), text.find("</answer>")
+    return text[start + len("<answer>"):end].strip().lower() if 0 <= start < end else ""
+
+
+def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: int) -> dict[str, dict[str, float]]:
+    import gymnasium
+    import numpy as np
+    import torch
+    from roll.config import load_config
+    from roll.data.chat import tokenize_conversation
+    from roll.envs.agents import format_answer
+    from roll.workers.base import resolve_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import roll.envs  # noqa: F401  (registers the shipped envs)
+
+    env_cfg = load_config(str(ROOT / CONFIG)).custom_envs[TAGS[split]]
+    env = gymnasium.make(env_cfg.env_id, **env_cfg.env_kwargs)
+    states, turns = expert_states(env, goals)
+    path = resolve_model(model_path)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    for s in states:
+        ids, mask = tokenize_conversation(tok, [{"role": "user", "content": s["obs"]},
+                                                {"role": "assistant", "content": format_answer([s["expert"]])}])
+        cut = mask.index(1)
+        s["prompt"], s["target"] = ids[:cut], [t for t, m in zip(ids, mask) if m]
+    per_page: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    pad = tok.pad_token_id
+    with torch.no_grad():
+        for lo in range(0, len(states), batch):
+            chunk = states[lo:lo + batch]
+            # teacher forcing: prompt + expert answer, right-padded
+            rows = [s["prompt"] + s["target"] for s in chunk]
+            n = max(map(len, rows))
+            ids = torch.tensor([r + [pad] * (n - len(r)) for r in rows])
+            att = torch.tensor([[1] * len(r) + [0] * (n - len(r)) for r in rows])
+            pred = model(input_ids=ids, attention_mask=att).logits.argmax(-1)
+            # greedy generation from the prompt alone, left-padded
+            m = max(len(s["prompt"]) for s in chunk)
+            gen_ids = torch.tensor([[pad] * (m - len(s["prompt"])) + s["prompt"] for s in chunk])
+            gen_att = torch.tensor([[0] * (m - len(s["prompt"])) + [1] * len(s["prompt"]) for s in chunk])
+            gen = model.generate(input_ids=gen_ids, attention_mask=gen_att, max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=pad, eos_token_id=tok.eos_token_id)
+            for i, s in enumerate(chunk):
+                p = len(s["prompt"])
+                hits = [int(pred[i, t - 1]) == rows[i][t] for t in range(p, len(rows[i]))]
+                answer = tok.decode(gen[i, m:], skip_special_tokens=True)
+                row = per_page[s["page"]]
+                row["prompt_tokens"].append(p)
+                row["tf_token_acc"].append(float(np.mean(hits)))
+                row["tf_exact"].append(float(all(hits)))
+                for k, v in judge(env, s, answer).items():
+                    row[k].append(v)
+    env.close()
+    report = {page: {k: float(np.mean(v)) for k, v in row.items()} | {"n": len(row["valid"])}
+              for page, row in per_page.items()}
+    report["episodes"] = {"expert_turns": float(np.mean(turns)), "n": len(turns)}
+    return report
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=DEFAULT_MODEL, help="a model directory or roll-tiny://SIZE")
+    p.add_argument("--split", choices=sorted(TAGS), default="easy")
+    p.add_argument("--goals", type=int, default=64, help="held-out test goals 0..N-1")
+    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--batch", type=int, default=32)
+    args = p.parse_args(argv)
+    report = probe(args.model, args.split, args.goals, args.max_new_tokens, args.batch)
+    print(f"probe {args.model} on the {args.split} split, {args.goals} test goals:")
+    for page, row in report.items():
+        print(f"  {page}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

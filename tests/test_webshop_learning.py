@@ -1,0 +1,136 @@
+"""The WebShop learning chain (bench/learning.py --envs webshop): the easier split's env kwargs,
+the chain's spec and configs, its report rows and RESULT figures, and the page-by-page probe
+(bench/webshop_probe.py) judged on the expert's own answers."""
+from pathlib import Path
+
+import gymnasium
+import pytest
+from bench_loader import load_bench
+
+import roll.envs  # noqa: F401  (registers the shipped envs)
+from roll.envs.agents import ExpertAgent, format_answer, run_episode
+from roll.envs.webshop import pages
+
+ROOT = Path(__file__).resolve().parent.parent
+EASY = dict(results_per_page=3, show_available_actions=False, max_goal_options=1)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("learning")
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return load_bench("webshop_probe")
+
+
+def test_results_per_page_shows_fewer_products_and_the_expert_still_buys():
+    env = gymnasium.make("roll/WebShop-v0", split="test", **EASY)
+    u = env.unwrapped
+    paged = 0
+    for seed in range(40):
+        ep = run_episode(env, ExpertAgent(env, think=False), seed=seed)
+        assert ep["success"], (seed, [t["action"] for t in ep["transcript"]])
+        for turn in ep["transcript"]:
+            if turn["info"]["page"] == "results":
+                shown = [c for c in turn["info"]["available_actions"]["clickables"] if c in u.catalog.asin_of]
+                assert 1 <= len(shown) <= 3
+        paged += sum("next >" in t["action"] for t in ep["transcript"])
+    # a target below the third hit is reached by paging, which 10 products per page rarely needs
+    assert paged > 0
+    env.reset(seed=0)
+    env.step(format_answer([f"search[{u.goal['query']}]"]))
+    total = len(u.state.results)
+    assert f"Total results: {total}" in u._obs and "next >" in u.available_actions()["clickables"]
+    assert "Available actions" not in u._obs
+    assert pages.n_result_pages(total, 3) == -(-total // 3)
+    with pytest.raises(ValueError, match="results_per_page"):
+        gymnasium.make("roll/WebShop-v0", results_per_page=0)
+
+
+def test_goal_filters_keep_the_split_and_its_reward():
+    full = gymnasium.make("roll/WebShop-v0", split="test").unwrapped
+    easy = gymnasium.make("roll/WebShop-v0", split="test", max_goal_options=1, max_goal_attributes=2).unwrapped
+    expected = [g for g in full.goal_list if len(g["options"]) <= 1 and len(g["attributes"]) <= 2]
+    assert 0 < len(easy.goal_list) < len(full.goal_list) and easy.goal_list == expected
+    easy.reset(seed=3)
+    assert easy.goal is expected[3]  # evaluation seeds index the filtered list in order
+    train = gymnasium.make("roll/WebShop-v0", split="train", max_goal_attributes=1).unwrapped
+    drawn = set()
+    for seed in range(30):
+        train.reset(seed=seed)
+        assert len(train.goal["attributes"]) == 1
+        drawn.add(train.goal["id"])
+    assert len(drawn) > 5
+    with pytest.raises(ValueError, match="no test goals"):
+        gymnasium.make("roll/WebShop-v0", split="test", max_goal_options=0)  # every goal has an option
+
+
+def test_webshop_spec_and_configs(bench):
+    from roll.config import load_config
+
+    full, quick = bench.env_specs(False)["webshop"], bench.env_specs(True)["webshop"]
+    assert bench.parse_args(["--envs", "webshop"]).envs == ["webshop"]
+    assert quick.rl_steps < full.rl_steps and quick.sft_steps < full.sft_steps
+    assert full.rl_steps % full.eval_steps == 0 and quick.rl_steps % quick.eval_steps == 0
+    assert full.tag == full.val_tags[0] == "WebShopTest" and "WebShopFull" in full.val_tags
+    cfg = load_config(str(ROOT / full.rl_configs["grpo"]))
+    assert cfg.train_env_manager.tags == ["WebShop"] and list(cfg.val_env_manager.tags) == full.val_tags
+    assert cfg.val_env_manager.seed_offset == 100000 and set(cfg.val_decoding) == {"sampled", "greedy"}
+    train, test, whole = (cfg.custom_envs[t].env_kwargs for t in ("WebShop", "WebShopTest", "WebShopFull"))
+    # validation on held-out goals of the same easier split, and on the full benchmark's
+    assert train["split"] == "train" and test == {**train, "split": "test"}
+    assert whole["split"] == "test" and "max_goal_options" not in whole and "results_per_page" not in whole
+    for tag in ("WebShop", "WebShopTest", "WebShopFull"):
+        env = cfg.custom_envs[tag]
+        assert not env.include_instruction and env.turn_template == "{observation}"
+        gymnasium.make(env.env_id, **env.env_kwargs).reset(seed=0)
+    sft = load_config(str(ROOT / full.sft_config))
+    assert sft.pipeline == "sft" and sft.data.max_seq_length >= 512
+    # quick mode shortens the training episodes too (the val tags get it from the shared list)
+    assert "custom_envs.WebShop.max_turns=3" in quick.overrides
+
+
+def _curves(bench, start, end):
+    rows = []
+    for tag, (s0, s1) in {"WebShopTest": (start, end), "WebShopFull": (start / 2, end / 2)}.items():
+        rows += [{"step": 0, f"val/env/{tag}/success": s0, f"val_greedy/env/{tag}/success": s0},
+                 {"step": 25, f"val/env/{tag}/success": s1, f"val_greedy/env/{tag}/success": s1 + 0.1}]
+    return {t: bench.curves(rows, t) for t in ("WebShopTest", "WebShopFull")}
+
+
+def test_webshop_rows_and_result_figures(bench):
+    c = _curves(bench, 0.1, 0.4)
+    per_tag = {t: {**bench.gains(ct), "curves": ct} for t, ct in c.items()}
+    ws = {"tag": "WebShopTest", "epsilon": 0.1, "wall_s": {"grpo": 1200.0},
+          "algos": {"grpo": {**per_tag["WebShopTest"], "per_tag": per_tag}}}
+    text = bench.section_text({"webshop": ws}, [], "RESULT", "docs/learning_curves")
+    # one row for the split trained on, one for the full benchmark; no duplicate of the first
+    assert "| webshop | grpo | 0.1 | 10.0 | 50.0 | 10.0 | 40.0 | +30.0 | 1200 |" in text
+    assert "| webshop (WebShopFull) | grpo | 0.1 | 5.0 | 30.0 | 5.0 | 20.0 | +15.0 | 1200 |" in text
+    assert "| webshop (WebShopTest) |" not in text
+    assert "- webshop grpo WebShopFull: 0: 5 / 5, 25: 30 / 20" in text
+    figures = bench.result_figures({"webshop": ws})
+    assert figures == ["webshop_gain_pp=30.0", "webshop_full_gain_pp=15.0"]
+
+
+def test_probe_scores_the_expert_as_right_and_noise_as_wrong(probe):
+    env = gymnasium.make("roll/WebShop-v0", split="test", **EASY)
+    states, turns = probe.expert_states(env, 6)
+    assert len(turns) == 6 and len(states) == sum(turns) and min(turns) >= 3
+    assert {s["page"] for s in states} >= {"search", "results", "item"}
+    for s in states:
+        right = probe.judge(env, s, format_answer([s["expert"]]))
+        wrong = probe.judge(env, s, "<answer>click[no such thing]</answer>")
+        assert right["valid"] == 1.0 and wrong["valid"] == 0.0
+        if s["page"] == "search":
+            assert right["search"] == right["type_words"] == right["target_in_top_50"] == 1.0
+            assert wrong["search"] == wrong["attributes_copied"] == 0.0
+        elif s["page"] == "results" and s["expert"].startswith("click[b"):
+            assert right["opens_target"] == right["opens_product"] == 1.0 and wrong["opens_product"] == 0.0
+        elif s["page"] == "item":
+            assert right["as_expert"] == 1.0 and wrong["as_expert"] == 0.0
+    # judging restores the snapshot each time: the expert's state sequence is unchanged
+    again, _ = probe.expert_states(env, 6)
+    assert [s["expert"] for s in again] == [s["expert"] for s in states]
