@@ -11,8 +11,8 @@ hands it the generation batch's prompts (each prompt ``num_generations`` times, 
 ``RepeatSampler``) and takes back ``prompt_ids``, ``completion_ids``, ``logprobs`` and an
 optional ``env_mask`` (0 on tokens the model did not write, left out of the loss; TRL turns it
 into its ``tool_mask``); extra keys reach the reward functions. Generation inside it is ours:
-here ``model.generate`` with the trainer's own ``generation_config``, the same call TRL's
-non-vLLM path makes. ``environment_factory`` does not fit this task: it exposes an env's
+here ``model.generate`` with the ``generation_config`` the trainer builds for its own
+non-vLLM path (so vLLM, and its CPU build, are not needed). ``environment_factory`` does not fit this task: it exposes an env's
 methods as *tools*, so the model must write JSON tool calls that TRL parses with a response
 schema of the chat template, instead of the ``<answer>`` text the warm start learned; on the
 tiny model's ChatML template it stops at construction (the bench records the error and TRL's
@@ -439,7 +439,8 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
     task, runs, base, steps, n_val = saved["task"], saved["runs"], saved["base"], saved["steps"], saved["val_episodes"]
     n_runs = max(len(rs) for rs in runs.values())
     lines = [SECTION, "",
-             f"`python bench/trl_agentic.py --runs {n_runs} --steps {steps}` ({n_runs} run{'s' if n_runs != 1 else ''} of each "
+             f"`python bench/trl_agentic.py --runs {n_runs} --steps {steps}"
+             f"{'' if n_val == VAL_EPISODES else f' --val-episodes {n_val}'}` ({n_runs} run{'s' if n_runs != 1 else ''} of each "
              f"framework, alternating; 2-core CPU shared with other jobs). roll's agentic pipeline vs TRL {TRL_VERSION} "
              "`GRPOTrainer` with `rollout_func` (the way bench/trl_agentic.py's docstring explains), on one multi-turn task: "
              f"`{task['env_id']}` (random 4x4 maps, not slippery), at most {task['max_turns']} turns, the grid alone as each "
@@ -482,8 +483,10 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
     lines += ["", "Token accounting: roll's trajectory samples carry `loss_mask` 1 on generated tokens only; TRL's "
               "`rollout_func` returns `env_mask` with the same meaning, which TRL multiplies into its loss mask and its "
               f"token count (`num_items_in_batch`). In TRL's first run {100 * env_share:.0f}% of the completion tokens "
-              "(turn ends and the observations after the first) were masked out. Model tokens per step agree within the "
-              "sampling noise of the two policies (table).", "",
+              "(turn ends and the observations after the first) were masked out. Trained tokens per step differ only "
+              f"by what the policies played (mean {s['roll']['model_tokens']:.0f} roll, {s['trl']['model_tokens']:.0f} "
+              "TRL: longer episodes, more tokens); the test (tests/bench/test_trl_agentic.py) checks on scripted "
+              "policies that TRL's rollout builds the very ids, loss mask, logprobs and returns roll's env manager does.", "",
               "Phases (median of steps 3..N, first run of each; rollout: roll `timing/rollout`, TRL the time inside "
               "`rollout_func`; train: roll `timing/actor_train`, TRL the rest of the step): roll "
               + ", ".join(f"{k} {v:.2f} s" for k, v in runs["roll"][0]["phases"].items()) + "; TRL "
@@ -507,11 +510,11 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
     lines += ["", "Not comparable, or not the same: the random draws (map order within the run, sampled tokens: success "
               "is compared over seeds, and a held-out rate has a standard error of about "
               f"{rate_se(100 * s['roll']['success_sampled'], n_val):.0f} points per run); roll decodes on its inference "
-              "worker with its own sampler (`hf_infer`: one KV-cached batch per turn of all running episodes) while TRL's "
-              "rollout calls `model.generate` on the training model in the trainer's process; roll's rollout of step k "
-              "uses the weights after step k-1 as TRL's does (no overlap: `rollout.mode: sync`); TRL needs the loop in "
-              "`rollout_func` written by the user (here 60 lines shared with the evaluator), roll runs the env from its "
-              "config. Start-up: roll starts Ray, an inference worker, a trainer and an env worker; TRL one process."]
+              "worker with its own sampler (`hf_infer`, every running episode's turn in one batch) while TRL's rollout "
+              "calls `model.generate` on the training model in the trainer's process; roll's rollout of step k "
+              "uses the weights after step k-1 as TRL's does (no overlap: `rollout.mode: sync`); TRL needs the episode loop in "
+              "`rollout_func` written by its user (here `run_episodes` and `hf_generate`, shared with the evaluator), "
+              "roll runs the env from its config. Start-up: roll starts Ray, an inference worker, a trainer and an env worker; TRL one process."]
     lines += ["", "Commands (the warm start, then per run; TRL's runner is the `_TRL_RUNNER` text in bench/trl_agentic.py):",
               "", "```", *saved["sft_cmds"], runs["roll"][0]["cmd"], runs["trl"][0]["cmd"], "```", "", f"`{line}`", "", ""]
     return "\n".join(lines)
