@@ -357,7 +357,9 @@ def run_roll(task: dict[str, Any], model: str, steps: int, seed: int, out: Path,
               for name, key in (("rollout", "timing/rollout"), ("train", "timing/actor_train"),
                                 ("model_update", "model_update/time_s"))
               if any(key in r for r in rows[2:])}
-    m["startup_cpu_by_process"] = cpu_by_process_until(m.pop("cpu_samples"), first_begin)
+    samples = m.pop("cpu_samples")
+    m["startup_cpu_by_process"] = cpu_by_process_until(samples, first_begin)
+    m["cpu_per_step"] = cpu_seconds_per_step(samples, ends)
     return {**m, "cmd": shlex.join(["roll", *cmd[3:]]), "ends": ends, "startup_s": first_begin - m["t0"],
             "phases": phases, "model": str(out / "run" / "final_model"),
             "train_success": [float(r.get(f"env/{tag}/success", float("nan"))) for r in rows],
@@ -375,9 +377,21 @@ def run_trl(py: Path, task: dict[str, Any], model: str, steps: int, seed: int, o
     cmd = [str(py), str(out / "runner.py"), json.dumps(cfg)]
     m = run_measured(cmd, out / "trl.log", {**env, "TRL_EXPERIMENTAL_SILENCE": "1"})
     t = json.loads((out / "run" / "times.json").read_text())
-    m["startup_cpu_by_process"] = cpu_by_process_until(m.pop("cpu_samples"), t["begins"][0])
+    samples = m.pop("cpu_samples")
+    m["startup_cpu_by_process"] = cpu_by_process_until(samples, t["begins"][0])
+    m["cpu_per_step"] = cpu_seconds_per_step(samples, t["ends"])
     return {**m, **trl_figures(t), "cmd": f"{py.name} runner.py \"$(cat config.json)\"", "startup_s": t["begins"][0] - m["t0"],
             "model": str(out / "run" / "final_model"), "torch_threads": t["torch_threads"]}
+
+
+def cpu_seconds_per_step(samples: list[tuple[float, dict[int, tuple[str, float]]]], ends: list[float]) -> float:
+    """CPU seconds (user + system) the whole process tree spent per step over steps 3..N, from
+    the 0.5 s samples of :func:`trl_compare.run_measured`: on a machine shared with other jobs
+    this moves far less with their load than the wall time does."""
+    def total(t: float) -> float:
+        return sum(cpu_by_process_until(samples, t).values())
+
+    return (total(ends[-1]) - total(ends[1])) / (len(ends) - 2)
 
 
 def trl_figures(times: dict[str, Any]) -> dict[str, Any]:
@@ -419,6 +433,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {"step_s": statistics.median(statistics.median(step_seconds(r["ends"])[1:]) for r in runs),
             "startup_s": med("startup_s"), "wall_s": med("wall_s"), "peak_pss_mb": med("peak_pss_mb"),
             "startup_cpu_s": statistics.median(sum(r["startup_cpu_by_process"].values()) for r in runs),
+            "cpu_per_step": statistics.median(r["cpu_per_step"] for r in runs),
             "success_greedy": statistics.mean(r["eval"]["greedy"] for r in runs),
             "success_sampled": statistics.mean(r["eval"]["sampled"] for r in runs),
             "model_tokens": statistics.mean(statistics.mean(r["model_tokens"]) for r in runs),
@@ -432,6 +447,7 @@ def figures(s: dict[str, dict[str, float]]) -> dict[str, float]:
     return {"trl_agentic_step_speedup": trl["step_s"] / roll["step_s"],
             "trl_agentic_success_delta_pp": 100 * min(roll[k] - trl[k] for k in ("success_greedy", "success_sampled")),
             "trl_agentic_startup_s": roll["startup_s"], "trl_agentic_mem_ratio": roll["peak_pss_mb"] / trl["peak_pss_mb"],
+            "trl_agentic_cpu_per_step_ratio": roll["cpu_per_step"] / trl["cpu_per_step"],
             "roll_step_s": roll["step_s"], "trl_step_s": trl["step_s"], "trl_startup_s": trl["startup_s"]}
 
 
@@ -461,6 +477,7 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
         lines.append(f"| {name} | {a:{fmt}} | {b:{fmt}} | {a / b:.2f} |" if b else f"| {name} | {a:{fmt}} | {b:{fmt}} | - |")
 
     row("seconds per step (median, steps 3..N)", "step_s", ".2f")
+    row("CPU seconds per step, all processes (median, steps 3..N)", "cpu_per_step", ".2f")
     row("start-up, s (median)", "startup_s", ".1f")
     row("start-up CPU seconds, all processes (median)", "startup_cpu_s", ".1f")
     row("whole process wall, s (median)", "wall_s", ".1f")
@@ -544,7 +561,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = (ROOT / args.out).resolve()
     if args.report_only:
-        return report(args, json.loads((out / "result.json").read_text()))
+        saved = json.loads((out / "result.json").read_text())
+        if not all(saved["runs"].values()):
+            sys.exit(f"{out / 'result.json'} has no finished run of {[fw for fw, rs in saved['runs'].items() if not rs]}")
+        return report(args, saved)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "offline"}
     out.mkdir(parents=True, exist_ok=True)
@@ -560,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
     base = evaluate(model, task, 0, args.val_episodes)
     print(f"SFT start: held-out success greedy {base['greedy']:.3f}, sampled {base['sampled']:.3f}", flush=True)
     runs: dict[str, list] = {"roll": [], "trl": []}
+    saved = {"task": task, "base": base, "runs": runs, "steps": args.steps, "val_episodes": args.val_episodes,
+             "probe": probe, "sft_cmds": sft_cmds, "quick": args.quick}
+    result = out / ("result_quick.json" if args.quick else "result.json")
     order = [fw for i in range(args.runs) for fw in (("roll", "trl") if i % 2 == 0 else ("trl", "roll"))]
     for fw in order:
         seed = len(runs[fw])
@@ -569,13 +592,13 @@ def main(argv: list[str] | None = None) -> int:
         r["seed"] = seed
         r["eval"] = evaluate(r["model"], task, seed, args.val_episodes)
         runs[fw].append(r)
-        print(f"{fw} seed {seed}: {statistics.median(step_seconds(r['ends'])[1:]):.2f} s/step {r['phases']}, start-up "
+        # after every run: a run stopped part-way can still be reported (--report-only)
+        result.write_text(json.dumps(saved, indent=1, default=str))
+        print(f"{fw} seed {seed}: {statistics.median(step_seconds(r['ends'])[1:]):.2f} s/step "
+              f"({r['cpu_per_step']:.1f} CPU s) {r['phases']}, start-up "
               f"{r['startup_s']:.1f} s, wall {r['wall_s']:.1f} s, peak PSS {r['peak_pss_mb']:.0f} MB ({r['peak_procs']} "
               f"processes), model tokens/step {statistics.mean(r['model_tokens']):.0f}, held-out success greedy "
               f"{r['eval']['greedy']:.3f} sampled {r['eval']['sampled']:.3f}", flush=True)
-    saved = {"task": task, "base": base, "runs": runs, "steps": args.steps, "val_episodes": args.val_episodes,
-             "probe": probe, "sft_cmds": sft_cmds, "quick": args.quick}
-    (out / ("result_quick.json" if args.quick else "result.json")).write_text(json.dumps(saved, indent=1, default=str))
     return report(args, saved)
 
 

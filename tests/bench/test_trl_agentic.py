@@ -145,6 +145,7 @@ def test_trl_phases_from_the_runner_record(ta):
 def _run(ends, startup, pss, greedy, sampled, t0):
     return {"ends": ends, "startup_s": startup, "wall_s": startup + ends[-1] - ends[0], "peak_pss_mb": pss,
             "peak_procs": 1, "peak_by_process": {"p": pss}, "startup_cpu_by_process": {"p": startup / 2},
+            "cpu_per_step": pss / 1000,
             "eval": {"greedy": greedy, "sampled": sampled}, "model_tokens": [1200.0], "env_tokens": [6000.0],
             "train_success": [0.2], "phases": {"rollout": 1.0, "train": 1.0}, "seed": 0, "t0": t0, "load_avg": 1.0,
             "cmd": "x"}
@@ -161,6 +162,7 @@ def test_figures_and_section_from_recorded_runs(ta, task, tmp_path):
     # the smaller of the two deltas: greedy +5, sampled -5 points
     assert fig["trl_agentic_success_delta_pp"] == pytest.approx(-5.0)
     assert fig["trl_agentic_mem_ratio"] == pytest.approx(2100 / 1000)
+    assert fig["trl_agentic_cpu_per_step_ratio"] == pytest.approx(2.1 / 1.0)
     saved = {"task": task, "runs": {"roll": roll, "trl": trl}, "base": {"greedy": 0.1, "sampled": 0.12}, "steps": 5,
              "val_episodes": 64, "probe": {"error": "ValueError: x", "frames": ["trl/a.py:1"]}, "sft_cmds": ["python sft"]}
     text = ta.section(saved, s, "RESULT x=1")
@@ -168,3 +170,11 @@ def test_figures_and_section_from_recorded_runs(ta, task, tmp_path):
     assert text.count("\n| roll | 0 |") == 2 and text.count("\n| trl | 0 |") == 2
     doc = tmp_path / "benchmarks.md"
     assert not ta.write_section(text, quick=True, doc=doc) and not doc.exists()
+
+
+def test_cpu_per_step_counts_steps_3_to_n_over_the_whole_tree(ta):
+    # two processes; the second starts at t=5 and exits after t=7 (its last sample counts)
+    samples = [(float(t), {1: ("a", 1.0 * t), **({2: ("b", 0.5 * (t - 4))} if 5 <= t <= 7 else {})}) for t in range(13)]
+    ends = [2.0, 4.0, 8.0, 12.0]  # steps 3..N run from t=4 to t=12
+    # a: 12 - 4 = 8 s; b: 1.5 s (its last sample, t=7) - 0 (absent at t=4)
+    assert ta.cpu_seconds_per_step(samples, ends) == pytest.approx((8 + 1.5) / 2)
