@@ -433,7 +433,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, float]:
     return {"step_s": statistics.median(statistics.median(step_seconds(r["ends"])[1:]) for r in runs),
             "startup_s": med("startup_s"), "wall_s": med("wall_s"), "peak_pss_mb": med("peak_pss_mb"),
             "startup_cpu_s": statistics.median(sum(r["startup_cpu_by_process"].values()) for r in runs),
-            "cpu_per_step": statistics.median(r["cpu_per_step"] for r in runs),
+            # results saved before it was measured have none
+            "cpu_per_step": (statistics.median(r["cpu_per_step"] for r in runs)
+                             if all("cpu_per_step" in r for r in runs) else 0.0),
             "success_greedy": statistics.mean(r["eval"]["greedy"] for r in runs),
             "success_sampled": statistics.mean(r["eval"]["sampled"] for r in runs),
             "model_tokens": statistics.mean(statistics.mean(r["model_tokens"]) for r in runs),
@@ -447,7 +449,8 @@ def figures(s: dict[str, dict[str, float]]) -> dict[str, float]:
     return {"trl_agentic_step_speedup": trl["step_s"] / roll["step_s"],
             "trl_agentic_success_delta_pp": 100 * min(roll[k] - trl[k] for k in ("success_greedy", "success_sampled")),
             "trl_agentic_startup_s": roll["startup_s"], "trl_agentic_mem_ratio": roll["peak_pss_mb"] / trl["peak_pss_mb"],
-            "trl_agentic_cpu_per_step_ratio": roll["cpu_per_step"] / trl["cpu_per_step"],
+            **({"trl_agentic_cpu_per_step_ratio": roll["cpu_per_step"] / trl["cpu_per_step"]}
+               if roll["cpu_per_step"] and trl["cpu_per_step"] else {}),
             "roll_step_s": roll["step_s"], "trl_step_s": trl["step_s"], "trl_startup_s": trl["startup_s"]}
 
 
@@ -477,7 +480,8 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
         lines.append(f"| {name} | {a:{fmt}} | {b:{fmt}} | {a / b:.2f} |" if b else f"| {name} | {a:{fmt}} | {b:{fmt}} | - |")
 
     row("seconds per step (median, steps 3..N)", "step_s", ".2f")
-    row("CPU seconds per step, all processes (median, steps 3..N)", "cpu_per_step", ".2f")
+    if s["roll"]["cpu_per_step"] and s["trl"]["cpu_per_step"]:
+        row("CPU seconds per step, all processes (median, steps 3..N)", "cpu_per_step", ".2f")
     row("start-up, s (median)", "startup_s", ".1f")
     row("start-up CPU seconds, all processes (median)", "startup_cpu_s", ".1f")
     row("whole process wall, s (median)", "wall_s", ".1f")
@@ -531,7 +535,10 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
               "calls `model.generate` on the training model in the trainer's process; roll's rollout of step k "
               "uses the weights after step k-1 as TRL's does (no overlap: `rollout.mode: sync`); TRL needs the episode loop in "
               "`rollout_func` written by its user (here `run_episodes` and `hf_generate`, shared with the evaluator), "
-              "roll runs the env from its config. Start-up: roll starts Ray, an inference worker, a trainer and an env worker; TRL one process."]
+              "roll runs the env from its config; TRL logs `completions/clipped_ratio` 1 because every completion ends "
+              "with the last turn's closing newline rather than EOS, which only its logging reads "
+              "(`mask_truncated_completions` is off). Start-up: roll starts Ray, an inference worker, a trainer and an "
+              "env worker; TRL one process."]
     lines += ["", "Commands (the warm start, then per run; TRL's runner is the `_TRL_RUNNER` text in bench/trl_agentic.py):",
               "", "```", *saved["sft_cmds"], runs["roll"][0]["cmd"], runs["trl"][0]["cmd"], "```", "", f"`{line}`", "", ""]
     return "\n".join(lines)
@@ -548,6 +555,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="output/bench_trl_agentic")
     p.add_argument("--venv", default="output/bench_trl/trl_venv", help="TRL venv (shared with bench/trl_compare.py)")
     p.add_argument("--report-only", action="store_true", help="re-render the section and RESULT from <out>/result.json")
+    p.add_argument("--result", default=None, help="with --report-only: this result file instead (e.g. a --quick run's)")
     args = p.parse_args(argv)
     args.runs = args.runs or (1 if args.quick else 3)
     args.steps = args.steps or (4 if args.quick else 20)
@@ -561,9 +569,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = (ROOT / args.out).resolve()
     if args.report_only:
-        saved = json.loads((out / "result.json").read_text())
+        path = Path(args.result).resolve() if args.result else out / "result.json"
+        saved = json.loads(path.read_text())
         if not all(saved["runs"].values()):
-            sys.exit(f"{out / 'result.json'} has no finished run of {[fw for fw, rs in saved['runs'].items() if not rs]}")
+            sys.exit(f"{path} has no finished run of {[fw for fw, rs in saved['runs'].items() if not rs]}")
         return report(args, saved)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "offline"}
