@@ -111,6 +111,9 @@ def test_webshop_rows_and_result_figures(bench):
     assert "| webshop (WebShopFull) | grpo | 0.1 | 5.0 | 30.0 | 5.0 | 20.0 | +15.0 | 1200 |" in text
     assert "| webshop (WebShopTest) |" not in text
     assert "- webshop grpo WebShopFull: 0: 5 / 5, 25: 30 / 20" in text
+    # the WebShop notes (prompt lengths, the easier split) come with a WebShop row only
+    assert bench.WEBSHOP_NOTES in text
+    assert bench.WEBSHOP_NOTES not in bench.section_text({}, [], "RESULT", "docs/learning_curves")
     figures = bench.result_figures({"webshop": ws})
     assert figures == ["webshop_gain_pp=30.0", "webshop_full_gain_pp=15.0"]
 
