@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/tool_arith_cpu.yaml"
 TAG = "Arith"
 SECTION = "## Tool task"
-STAGES = ("baseline", "demos_clean", "demos", "sft_short", "sft", "grpo")
+STAGES = ("baseline", "demos_clean", "sft_short", "demos", "sft", "grpo")
 QUICK = ["stages.baseline.overrides.val_batch_size=8", "stages.demos.demos.episodes=16",
          "stages.demos_clean.demos.episodes=16",
          "stages.sft_short.overrides.max_steps=2", "stages.sft_short.overrides.save_steps=0",

@@ -129,8 +129,8 @@ def test_demonstrations_of_a_tool_env_in_step_mode_are_refused(tmp_path):
 
 def test_the_chain_validates_and_plans(tmp_path):
     chain, stages = load_chain(CHAIN, [f"output_dir={tmp_path / 'out'}"])
-    assert [s.name for s in stages] == ["baseline", "demos_clean", "demos", "sft_short", "sft", "grpo"]
-    assert [s.spec.kind for s in stages] == ["eval", "demos", "demos", "run", "run", "run"]
+    assert [s.name for s in stages] == ["baseline", "demos_clean", "sft_short", "demos", "sft", "grpo"]
+    assert [s.spec.kind for s in stages] == ["eval", "demos", "run", "demos", "run", "run"]
     assert preflight_chain(stages, placement=False) == []
     by = {s.name: s for s in stages}
     out = tmp_path / "out"
@@ -140,6 +140,7 @@ def test_the_chain_validates_and_plans(tmp_path):
     assert by["sft"].feeds == {"pretrain": "sft_short", "data.train_files": "demos"}
     assert by["sft"].cfg.pretrain == str(out / "sft_short" / "final_model")
     assert by["sft"].cfg.pipeline == "sft" and by["grpo"].upstream == "sft"
+    assert by["grpo"].cfg.actor_train.training_args.lr < by["baseline"].cfg.actor_train.training_args.lr
     assert by["grpo"].cfg.pipeline == "agentic" and by["grpo"].input_key == "pretrain"
     env = by["grpo"].cfg.custom_envs["Arith"]
     assert env.env_id == "roll/Tools-v0" and env.env_kwargs["env"] == "roll/Arith-v0"
