@@ -471,15 +471,15 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
     return "\n".join(lines)
 
 
-def merge_earlier(results: dict[str, dict[str, Any]], out_root: Path, order: list[str]
-                  ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def merge_earlier(results: dict[str, dict[str, Any]], out_root: Path, order: list[str],
+                  kept: Optional[Path] = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """This invocation's results plus those an earlier one left in ``out_root/<env>/result.json``
-    or, on a checkout without that run's outputs, in ``docs/learning_curves/<env>.json`` (written
-    with the section), for the envs not run now (``--envs multi`` alone keeps the other envs' rows
-    in the section), in ``order``; and all their commands."""
+    or, on a checkout without that run's outputs, in ``kept/<env>.json`` (docs/learning_curves/,
+    written with the section), for the envs not run now (``--envs multi`` alone keeps the other
+    envs' rows in the section), in ``order``; and all their commands."""
     merged: dict[str, dict[str, Any]] = {}
     for name in order:
-        paths = [p for p in (out_root / name / "result.json", ROOT / "docs" / "learning_curves" / f"{name}.json")
+        paths = [p for p in (out_root / name / "result.json", *([kept / f"{name}.json"] if kept else []))
                  if p.exists()]
         if name in results:
             merged[name] = results[name]
@@ -556,7 +556,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         (out_root / name / "result.json").write_text(json.dumps(r, indent=1))
         if docs is not None:  # the section's record of this env, kept for runs of other envs
             (docs / "learning_curves" / f"{name}.json").write_text(json.dumps(r, indent=1))
-    results, commands = merge_earlier(results, out_root, list(specs))
+    results, commands = merge_earlier(results, out_root, list(specs), docs / "learning_curves" if docs else None)
     (out_root / "results.json").write_text(json.dumps(results, indent=1))
     result_line = "RESULT " + " ".join(result_figures(results))
     if docs is not None:

@@ -143,3 +143,20 @@ def test_merge_earlier_keeps_envs_not_run_now(bench, tmp_path):
     # an env run now replaces what an earlier run left
     merged, _ = bench.merge_earlier({"frozenlake": {"commands": []}}, tmp_path, ["frozenlake"])
     assert merged["frozenlake"] == {"commands": []}
+    # a checkout without the earlier run's outputs: the record the docs keep
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "sokoban.json").write_text(json.dumps({"epsilon": 0.0, "commands": ["roll run sk.yaml"]}))
+    merged, commands = bench.merge_earlier(now, tmp_path / "elsewhere", ["frozenlake", "sokoban", "multi"], kept)
+    assert list(merged) == ["sokoban", "multi"] and commands == ["roll run sk.yaml", "roll run multi.yaml"]
+
+
+def test_the_docs_keep_a_record_of_every_env_in_the_section(bench):
+    """What a run of other envs merges back: each record in docs/learning_curves/ has what the
+    section's table and RESULT line read."""
+    kept = bench.ROOT / "docs" / "learning_curves"
+    for name in ("frozenlake", "sokoban", "multi"):
+        r = json.loads((kept / f"{name}.json").read_text())
+        assert r["commands"] and "grpo" in r["algos"] and r["wall_s"]["grpo"] > 0
+        g = r["algos"]["grpo"]
+        assert g["gain"] == pytest.approx(min(g["greedy_end"] - g["greedy_start"], g["sampled_end"] - g["sampled_start"]), abs=0.051)
