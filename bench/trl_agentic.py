@@ -522,6 +522,8 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
               "support) the trainer does not construct: "
               + (f"`{probe['error']}` (raised at {' -> '.join(probe['frames'])})." if probe.get("error")
                  else "it constructed (no error): the comparison above still uses `rollout_func`, which keeps the task's text actions.")]
+    if saved.get("note"):
+        lines += ["", saved["note"]]
     loads = [r["load_avg"] for rs in runs.values() for r in rs]
     lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (other jobs); "
               "absolute times scale with it, the alternating order keeps the ratios fair."]
@@ -535,7 +537,10 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
               "calls `model.generate` on the training model in the trainer's process; roll's rollout of step k "
               "uses the weights after step k-1 as TRL's does (no overlap: `rollout.mode: sync`); TRL needs the episode loop in "
               "`rollout_func` written by its user (here `run_episodes` and `hf_generate`, shared with the evaluator), "
-              "roll runs the env from its config; TRL logs `completions/clipped_ratio` 1 because every completion ends "
+              "roll runs the env from its config; CPU seconds include OpenMP's spin-waiting, "
+              "and each side runs with its own defaults (as in bench/trl_compare.py): TRL's one process spins its 2 "
+              "torch threads at every barrier, roll's workers run `OMP_WAIT_POLICY=PASSIVE`, so on a contended machine "
+              "TRL's CPU seconds overstate its useful work; TRL logs `completions/clipped_ratio` 1 because every completion ends "
               "with the last turn's closing newline rather than EOS, which only its logging reads "
               "(`mask_truncated_completions` is off). Start-up: roll starts Ray, an inference worker, a trainer and an "
               "env worker; TRL one process."]
@@ -555,6 +560,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="output/bench_trl_agentic")
     p.add_argument("--venv", default="output/bench_trl/trl_venv", help="TRL venv (shared with bench/trl_compare.py)")
     p.add_argument("--report-only", action="store_true", help="re-render the section and RESULT from <out>/result.json")
+    p.add_argument("--note", default="", help="a sentence for the docs section (e.g. why a run was cut short)")
     p.add_argument("--result", default=None, help="with --report-only: this result file instead (e.g. a --quick run's)")
     args = p.parse_args(argv)
     args.runs = args.runs or (1 if args.quick else 3)
@@ -573,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(path.read_text())
         if not all(saved["runs"].values()):
             sys.exit(f"{path} has no finished run of {[fw for fw, rs in saved['runs'].items() if not rs]}")
+        saved["note"] = args.note or saved.get("note", "")
         return report(args, saved)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "offline"}
@@ -590,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SFT start: held-out success greedy {base['greedy']:.3f}, sampled {base['sampled']:.3f}", flush=True)
     runs: dict[str, list] = {"roll": [], "trl": []}
     saved = {"task": task, "base": base, "runs": runs, "steps": args.steps, "val_episodes": args.val_episodes,
-             "probe": probe, "sft_cmds": sft_cmds, "quick": args.quick}
+             "probe": probe, "sft_cmds": sft_cmds, "quick": args.quick, "note": args.note}
     result = out / ("result_quick.json" if args.quick else "result.json")
     order = [fw for i in range(args.runs) for fw in (("roll", "trl") if i % 2 == 0 else ("trl", "roll"))]
     for fw in order:
