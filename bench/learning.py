@@ -192,7 +192,13 @@ a results page no click is valid (the product id is not copied: teacher-forced, 
 expert answer's tokens are right, the format ones); on an item page it clicks buy now every time
 (right on the half of the item pages where the expert buys; it never picks an option). So the
 SFT start is 0% on both splits (83-88% invalid answers) and RL starts without a success to
-reinforce: the group's rewards differ only by format penalties and partial purchase rewards."""
+reinforce: the group's rewards differ only by format penalties and partial purchase rewards.
+A first RL run of this chain (30 steps planned, stopped at step 22 when the machine's load
+reached 100) stayed at 0% success on both splits, greedy and sampled, at steps 0 and 15, while
+invalid answers fell from 88% to 18% greedy and from 83% to 40% sampled on the easier split (61-73%
+on the full one) and the validation return rose from -3.5 to -0.7: it learnt to avoid the format
+penalty, not to buy. The next things to try: a longer SFT (the product id and the goal's words
+must be copied before RL has a success to reinforce), then RL."""
 
 
 @dataclass
