@@ -17,8 +17,9 @@ warnings turned into failures) plus what the roll contract adds for text envs:
 - ``expert_plan()``, where present, returns a list of strings.
 
 The random agent draws from its own generator (``agent_seed``), never from the env's seed: an
-agent seeded like the env repeats the env's own draws (it "guesses" a number-guessing env's
-secret on the first turn) and never reaches the states where envs break.
+agent whose generator were the env's would repeat the env's own draws (it "guesses" a
+number-guessing env's secret on the first turn) and never reach the states where envs break
+(agents also derive their stream from any seed they are given: envs/agents.py ``agent_rng``).
 
 It raises ``EnvCheckError`` listing every failed check, and returns a report otherwise.
 """

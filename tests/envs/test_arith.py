@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import roll.envs  # noqa: F401  (registers roll/Arith-v0 and roll/Tools-v0)
 from roll.config.rollout import EnvConfig
-from roll.envs.agents import ToolExpertAgent, demo_agent, digit_typo, format_answer, tool_call_text
+from roll.envs.agents import ToolExpertAgent, agent_rng, demo_agent, digit_typo, format_answer, tool_call_text
 from roll.envs.arith.env import FORMS, ArithEnv
 from roll.pipelines.sft_data import episode_messages
 
@@ -102,6 +102,24 @@ def play(seed: int, epsilon: float, max_turns: int = 3) -> tuple[list[dict], dic
         return episode_messages(cfg, env, agent, seed)
     finally:
         env.close()
+
+
+def test_head_answers_are_noise_not_a_function_of_the_problem():
+    """The demonstrations seed the agent with the episode's seed; its head-or-call choice must
+    not reuse the bits the env drew the operands from (it did: correlation -0.86 with the
+    second operand, which SFT learnt as a rule, so all 8 episodes of a GRPO group agreed)."""
+    env = gym.make("roll/Tools-v0", env="roll/Arith-v0", env_kwargs={"forms": ["mul"]}, tools=["calculator"])
+    head, operands = [], []
+    for seed in range(400):
+        obs, info = env.reset(seed=seed)
+        head.append("<tool_call>" not in demo_agent(env, 0.5, seed=seed).act(obs, info))
+        operands.append([int(x) for x in obs.split("Compute ")[1].rstrip(".").split(" * ")])
+    env.close()
+    head, operands = np.array(head, dtype=float), np.array(operands, dtype=float)
+    assert 0.4 < head.mean() < 0.6
+    for i in range(2):
+        assert abs(np.corrcoef(head, operands[:, i])[0, 1]) < 0.15, i
+    assert not np.array_equal(agent_rng(7).random(4), np.random.default_rng(7).random(4))
 
 
 def test_the_expert_solves_every_problem_through_the_real_tool_env():

@@ -151,7 +151,9 @@ class BreaksOnLaterGarbage(GoodEnv):
 
 
 def test_the_random_agent_does_not_share_the_env_seed():
-    """The agent seeded like the env repeats the env's first draw; the checker's own generator does not."""
+    """An agent seeded like the env does not repeat the env's first draw (agents derive their own
+    stream, envs/agents.py ``agent_rng``; with ``default_rng(seed)`` it guessed 10 of 10), nor does
+    one on the checker's own generator."""
     from roll.envs.agents import RandomAgent
 
     env = GuessNumber()
@@ -161,8 +163,7 @@ def test_the_random_agent_does_not_share_the_env_seed():
         env.reset(seed=seed)
         hits_shared += RandomAgent(env, seed=seed).random_action() == str(env.secret)
         hits_own += RandomAgent(env, seed=int(rng.integers(2**63))).random_action() == str(env.secret)
-    assert hits_shared == 10  # what the issue saw: a correct guess on turn 1 for 10 of 10 seeds
-    assert hits_own <= 4
+    assert hits_shared <= 4 and hits_own <= 4
 
 
 def test_a_bug_past_the_first_turn_of_a_number_guessing_env_fails_the_checker():
