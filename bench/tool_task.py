@@ -20,6 +20,8 @@ and ``--probe-forms`` change the env's problems) and prints, every ``--probe-eve
 well it copies on 64 held-out problems, with the correct prefix given (teacher forcing: the
 greedy choice at each place): the call's digits exactly, the answer's digits exactly, the share
 of the call's digits right, and the probability of starting the turn with a call.
+``--probe-short-steps N`` trains the first N steps on the same conversations without the
+calculator's schema (the chain's ``sft_short`` stage) and scores both renderings.
 """
 from __future__ import annotations
 
@@ -150,7 +152,7 @@ def probe(args: Any) -> int:
 
     torch.manual_seed(args.probe_seed)
     with open(ROOT / CONFIG) as f:
-        cfg = yaml.safe_load(f)["stages"]["grpo"]["overrides"]
+        cfg = yaml.safe_load(f)["stages"]["baseline"]["overrides"]  # the env and rendering the grpo stage shares
     env_kwargs = dict(cfg["custom_envs"][TAG]["env_kwargs"].get("env_kwargs") or {})
     if args.probe_forms:
         env_kwargs["forms"] = args.probe_forms
@@ -165,8 +167,10 @@ def probe(args: Any) -> int:
         rows = {}
         for split, n, eps, seed in (("train", args.probe_rows, args.probe_epsilon, 0), ("val", 64, 0.0, 7)):
             generate(str(Path(tmp) / "c.yaml"), f"{tmp}/{split}.jsonl", n, eps, seed=seed)
-            rows[split] = [tokenize_conversation(tok, r["messages"], tools=r.get("tools"))
-                           for r in map(json.loads, Path(f"{tmp}/{split}.jsonl").read_text().splitlines())]
+            recs = [json.loads(line) for line in Path(f"{tmp}/{split}.jsonl").read_text().splitlines()]
+            rows[split] = [tokenize_conversation(tok, r["messages"], tools=r.get("tools")) for r in recs]
+            # the same conversations without the calculator's schema (the chain's sft_short stage)
+            rows[f"{split}_short"] = [tokenize_conversation(tok, r["messages"]) for r in recs] if args.probe_short_steps else []
     digits = {tok.convert_tokens_to_ids(str(d)) for d in range(10)}
     pad = tok.pad_token_id
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
@@ -196,11 +200,11 @@ def probe(args: Any) -> int:
         return int(all(hits)), int(answer), sum(hits), len(hits), float(torch.softmax(logits[s1 - 1], -1)[x[s1]])
 
     @torch.no_grad()
-    def evaluate() -> str:
+    def evaluate(split: str = "val") -> str:
         model.eval()
         rows_scored = []
-        for i in range(0, len(rows["val"]), 16):
-            chunk = rows["val"][i:i + 16]
+        for i in range(0, len(rows[split]), 16):
+            chunk = rows[split][i:i + 16]
             ids, _, att = tensors(chunk)
             rows_scored += [score(x, m, logits) for (x, m), logits in zip(chunk, model(input_ids=ids, attention_mask=att).logits)]
         model.train()
@@ -212,7 +216,8 @@ def probe(args: Any) -> int:
     rng = np.random.default_rng(args.probe_seed)
     t0, losses = time.time(), []
     for step in range(1, args.probe_steps + 1):
-        ids, mask, att = tensors([rows["train"][i] for i in rng.integers(len(rows["train"]), size=args.probe_batch)])
+        split = "train_short" if step <= args.probe_short_steps else "train"
+        ids, mask, att = tensors([rows[split][i] for i in rng.integers(len(rows[split]), size=args.probe_batch)])
         hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
         sel = mask[:, 1:]
         # the head only where the loss is (the assistant tokens): the same loss, a third of the time
@@ -223,7 +228,8 @@ def probe(args: Any) -> int:
         opt.step()
         losses.append(loss.item())
         if step % args.probe_every == 0 or step == args.probe_steps:
-            print(f"step {step}: loss {np.mean(losses[-args.probe_every:]):.3f}, {evaluate()}, "
+            short = f"without the schema: {evaluate('val_short')}; with it: " if args.probe_short_steps else ""
+            print(f"step {step} ({split}): loss {np.mean(losses[-args.probe_every:]):.3f}, {short}{evaluate()}, "
                   f"{time.time() - t0:.0f} s", flush=True)
     return 0
 
@@ -239,6 +245,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--probe-max-digits", type=int, default=None, help="default: the chain's; 0: none")
     parser.add_argument("--probe-epsilon", type=float, default=0.0, help="share of head answers in the training rows")
     parser.add_argument("--probe-rows", type=int, default=1500)
+    parser.add_argument("--probe-short-steps", type=int, default=0,
+                        help="train the first N steps on the conversations without the calculator's schema")
     parser.add_argument("--probe-every", type=int, default=100)
     parser.add_argument("--probe-seed", type=int, default=0)
     args = parser.parse_args(argv)
