@@ -26,7 +26,8 @@ and two RL runs, each starting a vLLM engine)."""
 
 
 def benches() -> list[str]:
-    found = {p.stem for p in HERE.glob("*.py") if p.stem not in ("__main__", "common")}
+    # *_probe.py are diagnostics (they print what a model learnt), not benchmarks
+    found = {p.stem for p in HERE.glob("*.py") if p.stem not in ("__main__", "common") and not p.stem.endswith("_probe")}
     return [b for b in ORDER if b in found] + sorted(found - set(ORDER))
 
 

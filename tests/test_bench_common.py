@@ -9,7 +9,9 @@ import pytest
 from bench_loader import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py") if p.name not in ("common.py", "__main__.py", "gpu_check.py"))
+# *_probe.py: diagnostics that print what a model learnt, not benchmarks (no docs section)
+BENCHES = sorted(p for p in (ROOT / "bench").glob("*.py")
+                 if p.name not in ("common.py", "__main__.py", "gpu_check.py") and not p.stem.endswith("_probe"))
 
 
 @pytest.fixture(scope="module")
