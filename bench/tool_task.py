@@ -159,7 +159,7 @@ def probe(args: Any) -> int:
     if args.probe_max_digits is not None:
         env_kwargs["max_digits"] = args.probe_max_digits or None
     cfg["custom_envs"][TAG]["env_kwargs"]["env_kwargs"] = env_kwargs
-    model_path = resolve_model(f"roll-tiny://{args.probe_size}")
+    model_path = args.probe_model or resolve_model(f"roll-tiny://{args.probe_size}")
     tok = AutoTokenizer.from_pretrained(model_path)
     with tempfile.TemporaryDirectory() as tmp:
         cfg["output_dir"] = tmp
@@ -170,7 +170,7 @@ def probe(args: Any) -> int:
             recs = [json.loads(line) for line in Path(f"{tmp}/{split}.jsonl").read_text().splitlines()]
             rows[split] = [tokenize_conversation(tok, r["messages"], tools=r.get("tools")) for r in recs]
             # the same conversations without the calculator's schema (the chain's sft_short stage)
-            rows[f"{split}_short"] = [tokenize_conversation(tok, r["messages"]) for r in recs] if args.probe_short_steps else []
+            rows[f"{split}_short"] = [tokenize_conversation(tok, r["messages"]) for r in recs]
     digits = {tok.convert_tokens_to_ids(str(d)) for d in range(10)}
     pad = tok.pad_token_id
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
@@ -215,6 +215,8 @@ def probe(args: Any) -> int:
 
     rng = np.random.default_rng(args.probe_seed)
     t0, losses = time.time(), []
+    if args.probe_model or not args.probe_steps:  # where the model starts (a chain stage's model: how it copies)
+        print(f"step 0: without the schema: {evaluate('val_short')}; with it: {evaluate()}", flush=True)
     for step in range(1, args.probe_steps + 1):
         split = "train_short" if step <= args.probe_short_steps else "train"
         ids, mask, att = tensors([rows[split][i] for i in rng.integers(len(rows[split]), size=args.probe_batch)])
@@ -238,6 +240,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = chain_arg_parser(__doc__.split("\n\n")[0], "output/bench/tool_task", [42, 43])
     parser.add_argument("--probe", action="store_true", help="the copy probe (see above) instead of the chain")
     parser.add_argument("--probe-steps", type=int, default=600)
+    parser.add_argument("--probe-model", default=None,
+                        help="start from this model directory (e.g. a chain stage's final_model) instead of the "
+                             "untrained one; scored before training (--probe-steps 0: scored only)")
     parser.add_argument("--probe-lr", type=float, default=3e-3)
     parser.add_argument("--probe-batch", type=int, default=8)
     parser.add_argument("--probe-size", default="tiny", help="roll-tiny:// size: tiny or small")
