@@ -116,7 +116,7 @@ advantage sums to zero over a group's tokens (`adv_mean` within 0.05 of 0, the r
 step part, zero-sum per anchor group by samples rather than tokens); in the same 10
 steps at lr 6e-4 invalid answers still spiked (83% on FrozenLake at step 3, 94% on Sokoban at
 step 6) but fell back to 0-1% within 2-3 steps each time. Over the whole 300 steps at lr
-4e-4 (the generalisation table below) invalid answers stayed at 0-1% per validation round after
+2e-4 (the generalisation table below) invalid answers stayed at 0-1% per validation round after
 step 100 and every validation env ended above its start; the same config without the fix
 (300 steps) peaked at step 100 (FrozenLake 36 / 44) and ended at 8 / 8 on FrozenLake (from 16 /
 14) and 3 / 3 on the larger Sokoban (from 5 / 9), answering `Right` to every grid (45% invalid
@@ -159,6 +159,21 @@ gained 40.6 points greedy and sampled in 300 steps. With the ~180-token env
 instruction in every prompt (5 times the tokens) and episode-level credit only (`step_weight:
 0`), RL gained little in 100 steps and drifted into the absorbing all-fail state; Adam at 1e-3
 broke the answer format within 2 steps, and 5e-4 on Sokoban was no better than 2e-4 after 25."""
+
+
+MULTI_NOTES = """Why the different-symbol Sokoban cannot gain much with this model (`python bench/symbols_probe.py`):
+roll/SokobanXSB-v0 draws the same rooms with `- . $ @` for floor, target, box and player where the
+training rendering has `_ O X P` (the walls, `#`, are shared). A pretrained LLM has read XSB
+levels; the tiny model starts from random weights and knows a symbol only by its embedding row,
+which is tied to the LM head. A token never seen as a target has its row pushed down by every
+softmax, in the same direction for all such tokens, so training makes the four XSB symbols
+nearly parallel: mean pairwise cosine of their input embeddings 0.00 untrained, 0.90 after the
+multi-env SFT and 0.88 after its GRPO, against 0.04 and 0.09 among the four training symbols
+(0.19-0.52 between a training symbol and its XSB twin). The model's input cannot tell the box
+from the target, the player or the floor in that rendering; what it can still read is the wall
+layout. Reaching +10 there needs a model that has met these symbols: a pretrained one (none can
+be downloaded on this machine) or symbol-level pretraining, which would no longer test
+generalisation to unseen symbols."""
 
 
 WEBSHOP_NOTES = """WebShop (`--envs webshop`, configs/agentic/learning/webshop_*.yaml; `python bench/webshop_probe.py`
@@ -465,6 +480,7 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
                     for m in ("greedy", "sampled")}
             lines.append(f"| {t} | {g['greedy_start']:.1f} | {peak['greedy']} | {g['greedy_end']:.1f} | "
                          f"{g['sampled_start']:.1f} | {peak['sampled']} | {g['sampled_end']:.1f} | {g['gain']:+.1f} |")
+        lines += ["", MULTI_NOTES]
     lines += ["", "Validation success per round (step: greedy / sampled, %):", ""]
     for name, r in results.items():
         per_run = [(f"{name} {algo}", g) for algo, g in r["algos"].items()]
