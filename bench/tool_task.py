@@ -90,6 +90,26 @@ def fmt_calls(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def setting(overrides: dict[str, Any], dotted: str) -> Any:
+    """A stage's setting, given either as a dotted override key or nested."""
+    if dotted in overrides:
+        return overrides[dotted]
+    node: Any = overrides
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def schedule(overrides: dict[str, Any]) -> str:
+    kind = setting(overrides, "actor_train.training_args.lr_scheduler_type") or "constant"
+    return "" if kind == "constant" else f" decayed to 0 over the stage ({kind})"
+
+
+def kl_bound(overrides: dict[str, Any]) -> str:
+    kl = setting(overrides, "algorithm.early_stop_kl")
+    return f", a batch's optimizer steps stopped once the policy moved by a KL of {kl:g}" if kl else ""
+
+
 def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note: str = "") -> str:
     n = runs[0]["episodes"]
     with open(ROOT / CONFIG) as f:
@@ -108,9 +128,10 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
              f"`sft_short` ({short['max_steps']} steps of {short['rollout_batch_size']} clean conversations without",
              "the calculator's schema in the system block), "
              f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} noisy conversations with it, at lr "
-             f"{sft['actor_train']['training_args']['lr']:g}), `grpo` "
+             f"{sft['actor_train']['training_args']['lr']:g}{schedule(sft)}), `grpo` "
              f"({grpo['max_steps']} steps of {grpo['rollout_batch_size']} episodes, groups of "
-             f"{grpo['train_env_manager']['group_size']}).",
+             f"{grpo['train_env_manager']['group_size']}, lr {setting(grpo, 'actor_train.training_args.lr'):g}"
+             f"{schedule(grpo)}{kl_bound(grpo)}).",
              f"Held-out success on {n} problems never trained on (env seeds seed+100000 on), greedy and",
              f"sampled at temperature 1.0; ± is the standard error of one rate over {n} episodes (at most",
              f"{50 / math.sqrt(n):.1f} points). Gain = RL end - SFT start (the grpo stage's step-0 validation),",
