@@ -191,7 +191,9 @@ def test_cpu_time_is_counted_for_the_whole_run():
     assert r.limit == "cpu_time" and not r.ok, r
     # the budget plus at most a few polling intervals of 4 burners on this machine's cores
     assert 0.9 <= r.cpu_time_s <= 1.5, r.cpu_time_s
-    assert r.wall_time_s < 10
+    # the CPU budget ended it, not the wall timeout (a loaded 2-core machine gives the burners
+    # 1 CPU-s in about 10 s of wall time)
+    assert r.wall_time_s < 20
 
 
 def test_cpu_time_of_reaped_children_counts(sandbox):
