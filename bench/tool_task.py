@@ -128,7 +128,7 @@ def section_text(runs: list[dict[str, Any]], invocation: str, result: str, note:
              f"`sft_short` ({short['max_steps']} steps of {short['rollout_batch_size']} clean conversations without",
              "the calculator's schema in the system block), "
              f"`sft` ({sft['max_steps']} steps of {sft['rollout_batch_size']} noisy conversations with it, at lr "
-             f"{sft['actor_train']['training_args']['lr']:g}{schedule(sft)}), `grpo` "
+             f"{setting(sft, 'actor_train.training_args.lr'):g}{schedule(sft)}), `grpo` "
              f"({grpo['max_steps']} steps of {grpo['rollout_batch_size']} episodes, groups of "
              f"{grpo['train_env_manager']['group_size']}, lr {setting(grpo, 'actor_train.training_args.lr'):g}"
              f"{schedule(grpo)}{kl_bound(grpo)}).",
@@ -190,8 +190,10 @@ def probe(args: Any) -> int:
             generate(str(Path(tmp) / "c.yaml"), f"{tmp}/{split}.jsonl", n, eps, seed=seed)
             recs = [json.loads(line) for line in Path(f"{tmp}/{split}.jsonl").read_text().splitlines()]
             rows[split] = [tokenize_conversation(tok, r["messages"], tools=r.get("tools")) for r in recs]
-            # the same conversations without the calculator's schema (the chain's sft_short stage)
-            rows[f"{split}_short"] = [tokenize_conversation(tok, r["messages"]) for r in recs]
+            # the same conversations without the calculator's schema (the chain's sft_short stage);
+            # the held-out ones are always scored, the training ones only trained on with --probe-short-steps
+            if split == "val" or args.probe_short_steps:
+                rows[f"{split}_short"] = [tokenize_conversation(tok, r["messages"]) for r in recs]
     digits = {tok.convert_tokens_to_ids(str(d)) for d in range(10)}
     pad = tok.pad_token_id
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
