@@ -18,6 +18,7 @@ only (the chain's numbers live in docs/benchmarks.md, Learning).
 
     python bench/webshop_probe.py                       # the chain's SFT model, easy split
     python bench/webshop_probe.py --model roll-tiny://tiny --split full
+    python bench/webshop_probe.py --model roll-tiny://tiny --train-steps 600 --lr 2e-3   # SFT, probed on the way
 """
 from __future__ import annotations
 
@@ -93,7 +94,11 @@ def answer_action(text: str) -> str:
     return text[start + len("<answer>"):end].strip().lower() if 0 <= start < end else ""
 
 
-def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: int) -> dict[str, dict[str, float]]:
+def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: int,
+          loaded: Optional[tuple[Any, Any]] = None, overrides: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
+    """The per-page report of the module docstring; ``loaded`` (model, tokenizer) probes a model
+    in memory instead of loading ``model_path``; ``overrides`` change the chain's config
+    (``--set``, e.g. ``custom_envs.WebShopTest.env_kwargs.results_per_page=1``)."""
     import gymnasium
     import numpy as np
     import torch
@@ -105,12 +110,17 @@ def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: i
 
     import roll.envs  # noqa: F401  (registers the shipped envs)
 
-    env_cfg = load_config(str(ROOT / CONFIG)).custom_envs[TAGS[split]]
+    env_cfg = load_config(str(ROOT / CONFIG), overrides).custom_envs[TAGS[split]]
     env = gymnasium.make(env_cfg.env_id, **env_cfg.env_kwargs)
     states, turns = expert_states(env, goals)
-    path = resolve_model(model_path)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if loaded is None:
+        path = resolve_model(model_path)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    else:
+        model, tok = loaded
+    was_training = model.training
+    model.eval()
     for s in states:
         ids, mask = tokenize_conversation(tok, [{"role": "user", "content": s["obs"]},
                                                 {"role": "assistant", "content": format_answer([s["expert"]])}])
@@ -144,10 +154,84 @@ def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: i
                 for k, v in judge(env, s, answer).items():
                     row[k].append(v)
     env.close()
+    model.train(was_training)
     report = {page: {k: float(np.mean(v)) for k, v in row.items()} | {"n": len(row["valid"])}
               for page, row in per_page.items()}
     report["episodes"] = {"expert_turns": float(np.mean(turns)), "n": len(turns)}
     return report
+
+
+def train(args: Any) -> int:
+    """``--train-steps``: plain-PyTorch SFT of ``--model`` on the chain's demonstrations (noisy
+    expert episodes on training goals, rendered as the RL prompts), probed every ``--every`` steps:
+    how many steps and which learning rate teach the copying, without a pipeline run per try."""
+    import json
+    import math
+    import tempfile
+    import time
+
+    import numpy as np
+    import torch
+    from roll.data.chat import tokenize_conversation
+    from roll.pipelines.sft_data import generate
+    from roll.workers.base import resolve_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(args.seed)
+    path = resolve_model(args.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = generate(str(ROOT / CONFIG), f"{tmp}/demos.jsonl", args.episodes, args.epsilon, seed=args.seed,
+                         overrides=tuple(args.set))
+        recs = [json.loads(line) for line in Path(f"{tmp}/demos.jsonl").read_text().splitlines()]
+    rows = [tokenize_conversation(tok, r["messages"]) for r in recs]
+    rows = [(x[:args.max_seq_length], m[:args.max_seq_length]) for x, m in rows]
+    pad = tok.pad_token_id
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    warmup = 3
+
+    def lr_at(step: int) -> float:
+        if step <= warmup:
+            return args.lr * step / warmup
+        if args.schedule == "constant":
+            return args.lr
+        return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(args.train_steps - warmup, 1)))
+
+    print(f"train: {args.model}, {len(rows)} turns from {args.episodes} episodes (epsilon {args.epsilon}; "
+          f"{stats}), about {np.mean([len(x) for x, _ in rows]):.0f} tokens each; lr {args.lr:g} {args.schedule}, "
+          f"batch {args.train_batch}", flush=True)
+    rng = np.random.default_rng(args.seed)
+    t0, losses = time.time(), []
+    for step in range(1, args.train_steps + 1):
+        batch = [rows[i] for i in rng.integers(len(rows), size=args.train_batch)]
+        n = max(len(x) for x, _ in batch)
+        ids = torch.full((len(batch), n), pad)
+        mask = torch.zeros((len(batch), n), dtype=torch.bool)
+        att = torch.zeros((len(batch), n), dtype=torch.long)
+        for i, (x, m) in enumerate(batch):
+            ids[i, :len(x)], mask[i, :len(m)], att[i, :len(x)] = torch.tensor(x), torch.tensor(m, dtype=torch.bool), 1
+        hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
+        sel = mask[:, 1:]
+        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[sel]), ids[:, 1:][sel])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % args.every == 0 or step == args.train_steps:
+            report = probe(args.model, args.split, args.goals, args.max_new_tokens, args.batch, loaded=(model, tok),
+                           overrides=tuple(args.set))
+            brief = "; ".join(f"{page} " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()
+                                                    if k not in ("n", "prompt_tokens", "expert_turns"))
+                              for page, row in report.items() if page != "episodes")
+            print(f"step {step}: loss {np.mean(losses[-args.every:]):.3f}, {time.time() - t0:.0f} s; {brief}", flush=True)
+    if args.save:
+        model.save_pretrained(args.save)
+        tok.save_pretrained(args.save)
+    return 0
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -157,8 +241,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--goals", type=int, default=64, help="held-out test goals 0..N-1")
     p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--train-steps", type=int, default=0,
+                   help="first train --model this many SFT steps on fresh demonstrations (plain PyTorch), probing every --every")
+    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--schedule", choices=["constant", "cosine"], default="cosine")
+    p.add_argument("--train-batch", type=int, default=32)
+    p.add_argument("--episodes", type=int, default=1000, help="demonstration episodes (training goals)")
+    p.add_argument("--epsilon", type=float, default=0.1, help="share of random actions in the demonstrations")
+    p.add_argument("--max-seq-length", type=int, default=512)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the chain's config (webshop_grpo.yaml), for the demonstrations and the probe")
+    p.add_argument("--save", default="", help="with --train-steps: save the trained model here")
     args = p.parse_args(argv)
-    report = probe(args.model, args.split, args.goals, args.max_new_tokens, args.batch)
+    if args.train_steps:
+        return train(args)
+    report = probe(args.model, args.split, args.goals, args.max_new_tokens, args.batch, overrides=tuple(args.set))
     print(f"probe {args.model} on the {args.split} split, {args.goals} test goals:")
     for page, row in report.items():
         print(f"  {page}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))

@@ -302,7 +302,9 @@ class WebShopEnv(gym.Env):
             wanted = results.index(target) // self.results_per_page + 1
             step = "click[next >]" if wanted > current else "click[< prev]"
             plan += [step] * abs(wanted - current)
-            plan.append(f"click[{target.lower()}]")
+            # the product id as the results page shows it (clicks are case-insensitive): copying
+            # it is then a token-for-token copy, where the lower-cased id tokenizes differently
+            plan.append(f"click[{target}]")
         for name, value in self.goal["options"].items():
             if chosen.get(name) != value:
                 plan.append(f"click[{value}]")

@@ -177,6 +177,18 @@ def test_expert_plan_recovers_from_any_page(env):
     assert env.expert_plan()[-1] == "click[buy now]"
 
 
+def test_expert_clicks_the_product_id_as_the_results_page_shows_it(env):
+    """A policy learning from the expert copies the id token for token from the page (clicks are
+    case-insensitive, so the lower-cased id also works, but tokenizes differently)."""
+    obs, *_ = env.step(ans(env.expert_plan()[0]))
+    while (action := env.expert_plan()[0]) in ("click[next >]", "click[< prev]"):
+        obs, *_ = env.step(ans(action))
+    asin = action[len("click["):-1]
+    assert asin == env.goal["asin"] and asin != asin.lower() and f" {asin} " in obs
+    _, _, _, _, info = env.step(ans(action))
+    assert info["action_is_valid"] and env.state.page == "item" and env.state.asin == asin
+
+
 def test_determinism_same_seed_same_actions():
     def run(seed):
         e = WebShopEnv(split="train")
