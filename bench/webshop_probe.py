@@ -94,6 +94,19 @@ def answer_action(text: str) -> str:
     return text[start + len("<answer>"):end].strip().lower() if 0 <= start < end else ""
 
 
+def id_mask(tok: Any, state: dict[str, Any]) -> list[bool]:
+    """For each token of the expert answer (``state["target"]``), whether it spells part of the
+    clicked element (between ``click[`` and ``]``)."""
+    text, spans = "", []
+    for t in state["target"]:
+        start = len(text)
+        text += tok.decode([t])
+        spans.append((start, len(text)))
+    lo = text.find("click[") + len("click[")
+    hi = text.find("]", lo)
+    return [lo <= a and b <= hi and b > a for a, b in spans]
+
+
 def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: int,
           loaded: Optional[tuple[Any, Any]] = None, overrides: tuple[str, ...] = ()) -> dict[str, dict[str, float]]:
     """The per-page report of the module docstring; ``loaded`` (model, tokenizer) probes a model
@@ -151,6 +164,9 @@ def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: i
                 row["prompt_tokens"].append(p)
                 row["tf_token_acc"].append(float(np.mean(hits)))
                 row["tf_exact"].append(float(all(hits)))
+                if s["page"] == "results" and s["expert"] not in ("click[next >]", "click[< prev]"):
+                    # the product id's tokens alone (the answer's format tokens are learnt early)
+                    row["tf_id_token_acc"].append(float(np.mean([h for h, inside in zip(hits, id_mask(tok, s)) if inside])))
                 for k, v in judge(env, s, answer).items():
                     row[k].append(v)
     env.close()

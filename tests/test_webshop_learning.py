@@ -137,3 +137,17 @@ def test_probe_scores_the_expert_as_right_and_noise_as_wrong(probe):
     # judging restores the snapshot each time: the expert's state sequence is unchanged
     again, _ = probe.expert_states(env, 6)
     assert [s["expert"] for s in again] == [s["expert"] for s in states]
+
+
+def test_probe_id_mask_marks_the_clicked_product_id(probe):
+    from roll.data.chat import tokenize_conversation
+    from roll.workers.base import resolve_model
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("roll-tiny://tiny"))
+    ids, mask = tokenize_conversation(tok, [{"role": "user", "content": "page"},
+                                            {"role": "assistant", "content": format_answer(["click[B0HR5S35PN]"])}])
+    state = {"target": [t for t, m in zip(ids, mask) if m]}
+    inside = probe.id_mask(tok, state)
+    assert "".join(tok.decode([t]) for t, i in zip(state["target"], inside) if i) == "B0HR5S35PN"
+    assert not inside[0] and not inside[-1]
