@@ -228,8 +228,8 @@ the training goals, which the demonstrations covered: 41-56% at steps 1-3). As s
 format penalty -0.5) it fell to 10.9 / 4.7 at step 15 and training success to 0-12% at steps 16-20
 while invalid answers fell from 36% to 10-24%: a miscopied id costs 0.5, so the policy moved away
 from clicking ids. With lr 1e-4, `early_stop_kl: 0.02` and format penalty -0.1 for training,
-training success held at 25-56% and held-out success was 17.2 / 6.2 at step 15: no loss, and no
-gain yet."""
+training success held at 25-59% and held-out success was 17.2 / 6.2 at step 15 and 15.6 / 7.8 at
+step 30: no collapse, and no gain in 30 steps."""
 
 
 @dataclass
