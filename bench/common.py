@@ -171,3 +171,27 @@ def chain_cells(r: dict[str, Any], n: int) -> list[str]:
         nn = r["base_episodes"] if key == "untrained" else n
         cells.append(" / ".join(f"{r[f'{key}_{m}']:.1f} ± {rate_se(r[f'{key}_{m}'], nn):.1f}" for m in ("greedy", "sampled")))
     return cells
+
+
+def pad_rows(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+    """Right-padded tensors of tokenized conversations ``(ids, loss_mask)``: input ids, the loss
+    mask (bool) and the attention mask. For the plain-PyTorch SFT probes."""
+    import torch
+
+    n = max(len(x) for x, _ in rows)
+    ids = torch.full((len(rows), n), pad)
+    mask = torch.zeros((len(rows), n), dtype=torch.bool)
+    att = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, (x, m) in enumerate(rows):
+        ids[i, :len(x)], mask[i, :len(m)], att[i, :len(x)] = torch.tensor(x), torch.tensor(m, dtype=torch.bool), 1
+    return ids, mask, att
+
+
+def response_loss(model: Any, ids: Any, mask: Any, att: Any) -> Any:
+    """Next-token cross-entropy over the loss-mask tokens; the LM head runs only there (the same
+    loss as over every column, a fraction of the time)."""
+    import torch
+
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
+    sel = mask[:, 1:]
+    return torch.nn.functional.cross_entropy(model.lm_head(hidden[sel]), ids[:, 1:][sel])

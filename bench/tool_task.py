@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from common import chain_arg_parser, chain_cells, chain_figures, result_line, run_chain_seeds, write_section
+from common import (chain_arg_parser, chain_cells, chain_figures, pad_rows, response_loss, result_line,
+                    run_chain_seeds, write_section)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/tool_arith_cpu.yaml"
@@ -202,15 +203,6 @@ def probe(args: Any) -> int:
           f"about {np.mean([len(x) for x, _ in rows['train']]):.0f} tokens each; lr {args.probe_lr:g}, "
           f"batch {args.probe_batch}", flush=True)
 
-    def tensors(batch: list[tuple[list[int], list[int]]]) -> tuple[Any, Any, Any]:
-        n = max(len(x) for x, _ in batch)
-        ids = torch.full((len(batch), n), pad)
-        mask = torch.zeros((len(batch), n), dtype=torch.bool)
-        att = torch.zeros((len(batch), n), dtype=torch.long)
-        for i, (x, m) in enumerate(batch):
-            ids[i, :len(x)], mask[i, :len(m)], att[i, :len(x)] = torch.tensor(x), torch.tensor(m, dtype=torch.bool), 1
-        return ids, mask, att
-
     def score(x: list[int], m: list[int], logits: Any) -> tuple[int, int, int, int, float]:
         """One held-out row: call digits all right, answer digits all right, call digits right,
         call digits, P(the turn starts with the call)."""
@@ -228,7 +220,7 @@ def probe(args: Any) -> int:
         rows_scored = []
         for i in range(0, len(rows[split]), 16):
             chunk = rows[split][i:i + 16]
-            ids, _, att = tensors(chunk)
+            ids, _, att = pad_rows(chunk, pad)
             rows_scored += [score(x, m, logits) for (x, m), logits in zip(chunk, model(input_ids=ids, attention_mask=att).logits)]
         model.train()
         call, answer, right, total, p_call = (sum(col) for col in zip(*rows_scored))
@@ -242,11 +234,7 @@ def probe(args: Any) -> int:
         print(f"step 0: without the schema: {evaluate('val_short')}; with it: {evaluate()}", flush=True)
     for step in range(1, args.probe_steps + 1):
         split = "train_short" if step <= args.probe_short_steps else "train"
-        ids, mask, att = tensors([rows[split][i] for i in rng.integers(len(rows[split]), size=args.probe_batch)])
-        hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
-        sel = mask[:, 1:]
-        # the head only where the loss is (the assistant tokens): the same loss, a third of the time
-        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[sel]), ids[:, 1:][sel])
+        loss = response_loss(model, *pad_rows([rows[split][i] for i in rng.integers(len(rows[split]), size=args.probe_batch)], pad))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -29,6 +29,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
+from common import pad_rows, response_loss
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "configs/agentic/learning/webshop_grpo.yaml"
 TAGS = {"easy": "WebShopTest", "full": "WebShopFull"}
@@ -220,16 +222,7 @@ def train(args: Any) -> int:
     rng = np.random.default_rng(args.seed)
     t0, losses = time.time(), []
     for step in range(1, args.train_steps + 1):
-        batch = [rows[i] for i in rng.integers(len(rows), size=args.train_batch)]
-        n = max(len(x) for x, _ in batch)
-        ids = torch.full((len(batch), n), pad)
-        mask = torch.zeros((len(batch), n), dtype=torch.bool)
-        att = torch.zeros((len(batch), n), dtype=torch.long)
-        for i, (x, m) in enumerate(batch):
-            ids[i, :len(x)], mask[i, :len(m)], att[i, :len(x)] = torch.tensor(x), torch.tensor(m, dtype=torch.bool), 1
-        hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]
-        sel = mask[:, 1:]
-        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[sel]), ids[:, 1:][sel])
+        loss = response_loss(model, *pad_rows([rows[i] for i in rng.integers(len(rows), size=args.train_batch)], pad))
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         opt.zero_grad()

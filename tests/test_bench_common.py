@@ -95,3 +95,22 @@ def test_run_logged_times_a_command_and_raises_with_the_log_tail(common, tmp_pat
     with pytest.raises(RuntimeError, match=r"(?s)broken failed \(exit 3, log .*bad\.log\):\nlast words"):
         common.run_logged([sys.executable, "-c", "print('last words'); raise SystemExit(3)"], tmp_path / "bad.log", "broken")
 
+
+
+def test_pad_rows_and_response_loss_equal_the_masked_full_loss(common):
+    import torch
+    from roll.workers.base import resolve_model
+    from transformers import AutoModelForCausalLM
+
+    rows = [([5, 6, 7, 8, 9], [0, 0, 1, 1, 1]), ([5, 6, 7], [0, 1, 1])]
+    ids, mask, att = common.pad_rows(rows, pad=0)
+    assert ids.tolist() == [[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]]
+    assert mask.tolist() == [[False, False, True, True, True], [False, True, True, False, False]]
+    assert att.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("roll-tiny://tiny"), dtype=torch.float32)
+    loss = common.response_loss(model, ids, mask, att)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
+    sel = mask[:, 1:]
+    full = torch.nn.functional.cross_entropy(logits[sel], ids[:, 1:][sel])
+    assert sel.sum() == 5 and torch.allclose(loss, full, atol=1e-5)
