@@ -2,12 +2,19 @@
 
 One step, each phase a method below:
 
-    sync_weights -> collect_rollouts (sample prompts by domain_interleave_probs; generate
+    sync_weights -> generate_rollout (sample prompts by domain_interleave_probs; generate
       num_return_sequences responses each, a prompt's group in one call to an inference
       worker; score a group on its domain's reward workers, in one call, as soon as it
       finishes; dynamic sampling refills dropped groups)
       -> reference_logprobs -> old_logprobs -> critic_values -> advantages -> train_critic
       -> train_actor -> (checkpoint, validation per domain: BasePipeline)
+
+With ``rollout.async_generation_ratio: 1`` the next step's batch is generated while this one
+trains (generation and training overlap; each batch is one weight version behind the policy it
+trains, its old log-probabilities those of the weights that sampled it): sync_weights -> start
+generating batch k+1 in a thread -> train on batch k (generated during step k-1) -> wait.
+Validation and checkpoints wait for the batch in flight first, and a checkpoint records the
+prompt sampler as it was before that batch drew, so a resume generates it again.
 
 The training phases are the shared `PolicyTrainer`'s (pipelines/policy.py, ``train_on``), as
 in the agentic pipeline, on a batch built like the agentic one: by
@@ -27,12 +34,14 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import random
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from roll.config.preflight import rlvr_async_problem
 from roll.config.roles import WorkerConfig
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
@@ -62,6 +71,18 @@ class Prompt:
 
     sample: PromptSample
     ids: list[int]
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One step's generated batch and what its step reports about it."""
+
+    batch: Batch | None
+    metrics: dict[str, float]
+    failures: tuple[int, int, int, Counter]
+    """(responses, failed responses, filtered groups, failures by cause)."""
+    dump_source: tuple[list["Response"], list["Response"]]
+    """(generated, batch samples) for ``dump_samples``."""
 
 
 @dataclasses.dataclass
@@ -106,17 +127,26 @@ class RLVRPipeline(BasePipeline):
         if self.group_size < 1 or cfg.rollout_batch_size % self.group_size:
             errors.append(f"rollout_batch_size {cfg.rollout_batch_size} must be a multiple of "
                           f"actor_infer.generating_args.num_return_sequences {self.group_size}")
+        problem = rlvr_async_problem(cfg.rollout.async_generation_ratio)
+        if problem:
+            errors.append(problem)
         if errors:
             raise ConfigError(errors)
         self.model_path = resolve_model(cfg.pretrain)
+        self.ahead_ratio = int(cfg.rollout.async_generation_ratio)
+        self.ahead: concurrent.futures.Future | None = None
+        """The next step's rollout, generating while this step trains (async_generation_ratio 1)."""
+        self.ahead_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.sampler_before_ahead: dict[str, Any] | None = None
+        """The prompt sampler's state before the batch in flight drew its prompts (checkpoints)."""
         self.policy: PolicyTrainer | None = None
         self.loop: LoopThread | None = None
         self.data_metrics: dict[str, float] = {}
         self.dump_source: tuple[list[Response], list[Response]] = ([], [])
+        """This step's (generated, batch samples) for ``dump_samples``."""
         self.error_log = ErrorLog(self.output_dir / REWARD_ERRORS_LOG)
         self.step_failures: tuple[int, int, int, Counter] = (0, 0, 0, Counter())
         """This step's (responses, failed responses, filtered groups, failures by cause)."""
-        """This step's (generated, batch samples) for ``dump_samples``."""
 
     # ================================================================ setup
     def setup(self) -> None:
@@ -217,9 +247,20 @@ class RLVRPipeline(BasePipeline):
     # ================================================================ one step
     def train_step(self, step: int) -> dict[str, float]:
         metrics: dict[str, float] = {**self.data_metrics, **self.startup_timings} if step == self.start_step else {}
-        metrics.update(self.sync_weights(step))
-        batch, rollout_metrics = self.collect_rollouts(step)
+        if self.ahead is not None:  # generated while the last step trained
+            with self.timer("rollout_wait"):
+                rollout = self.take_ahead()
+        else:
+            metrics.update(self.sync_weights(step))
+            with self.timer("rollout"):
+                rollout = self.generate_rollout(step)
+        metrics.update(self.sync_weights(step))  # nothing generates now: the next batch gets these weights
+        if self.ahead_ratio and step + 1 < self.cfg.max_steps:
+            self.start_ahead(step + 1)
+        batch, rollout_metrics = self.use_rollout(rollout)
         metrics.update(rollout_metrics)
+        if batch is not None:  # weight versions between the sampling and the trained policy
+            metrics["rollout/policy_lag"] = float((self.policy.version - batch["min_policy_version"].float()).mean())
         if batch is None:
             self.dump_samples(step, None)  # the failed and filtered responses, before the run stops
         self.check_rollout(step, batch, metrics)
@@ -258,45 +299,82 @@ class RLVRPipeline(BasePipeline):
         """Generation is finished between steps, so no request sees a half-updated model."""
         return self.policy.sync_weights(step)
 
-    def collect_rollouts(self, step: int) -> tuple[Batch | None, dict[str, float]]:
+    def use_rollout(self, rollout: Rollout) -> tuple[Batch | None, dict[str, float]]:
+        """Make ``rollout`` this step's: its failures for ``check_rollout``, its responses for
+        ``dump_samples``."""
+        self.step_failures, self.dump_source = rollout.failures, rollout.dump_source
+        return rollout.batch, rollout.metrics
+
+    def start_ahead(self, step: int) -> None:
+        """Generate ``step``'s batch in a thread, by the weights the inference workers hold now."""
+        if self.ahead_pool is None:
+            self.ahead_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-ahead")
+        self.sampler_before_ahead = self.sampler.state_dict()
+
+        def generate() -> tuple[Rollout, float]:
+            t0 = time.perf_counter()
+            rollout = self.generate_rollout(step)
+            return rollout, time.perf_counter() - t0
+
+        self.ahead = self.ahead_pool.submit(generate)
+
+    def take_ahead(self) -> Rollout:
+        """The batch generated ahead (its errors raised here); its generation time is reported
+        as ``timing/rollout`` (it overlapped the last step's training)."""
+        assert self.ahead is not None
+        try:
+            rollout, seconds = self.ahead.result()
+        finally:
+            self.ahead, self.sampler_before_ahead = None, None
+        rollout.metrics["timing/rollout"] = seconds
+        return rollout
+
+    def wait_ahead(self) -> None:
+        """Let the batch in flight finish (before weights change or a checkpoint); it is kept
+        for the next step."""
+        if self.ahead is not None:
+            with self.timer("rollout_wait"):
+                concurrent.futures.wait([self.ahead])
+
+    def generate_rollout(self, step: int) -> Rollout:
         """Groups of scored responses for ``rollout_batch_size / group_size`` prompts, with
-        per-domain query filters and up to ``data.max_sampling_rounds`` refill rounds."""
+        per-domain query filters and up to ``data.max_sampling_rounds`` refill rounds. Touches
+        no per-step state of the pipeline: it may run in a thread while the last batch trains."""
         cfg = self.cfg
         need = cfg.rollout_batch_size // self.group_size
         kept: list[list[Response]] = []
         generated: list[Response] = []
         counts: dict[str, Counter] = defaultdict(Counter)
         rounds = 0
-        with self.timer("rollout"):
-            while len(kept) < need and rounds <= cfg.data.max_sampling_rounds:
-                prompts = [self.prompts[id(s)] for s in self.sampler.sample(need - len(kept))]
-                groups = self.loop.run(self._generate_groups(prompts, step, rounds, self.group_size,
-                                                             cfg.actor_infer.generating_args.temperature))
-                self.record_failures(groups)
-                for group in groups:
-                    generated += group
-                    verdict = self.query_filter(group)
-                    counts[group[0].tag]["groups"] += 1
-                    if verdict == "keep":
-                        kept.append(group)
-                    else:
-                        counts[group[0].tag][f"groups_{verdict}"] += 1
-                rounds += 1
+        while len(kept) < need and rounds <= cfg.data.max_sampling_rounds:
+            prompts = [self.prompts[id(s)] for s in self.sampler.sample(need - len(kept))]
+            groups = self.loop.run(self._generate_groups(prompts, step, rounds, self.group_size,
+                                                         cfg.actor_infer.generating_args.temperature))
+            self.record_failures(groups)
+            for group in groups:
+                generated += group
+                verdict = self.query_filter(group)
+                counts[group[0].tag]["groups"] += 1
+                if verdict == "keep":
+                    kept.append(group)
+                else:
+                    counts[group[0].tag][f"groups_{verdict}"] += 1
+            rounds += 1
         # every generated response counts in the reward metrics, also those of dropped groups
         metrics = self._rollout_metrics(generated, counts)
         metrics["rollout/refill_rounds"] = float(rounds - 1)
         metrics["rollout/groups_kept"] = float(len(kept))
         metrics["rollout/groups_short"] = float(max(0, need - len(kept)))
-        with self.timer("reward_health"):
-            metrics.update(self.rewards.restart_hung_workers())
+        t0 = time.perf_counter()
+        metrics.update(self.rewards.restart_hung_workers())
+        metrics["timing/reward_health"] = time.perf_counter() - t0
         samples = [r for g in kept for r in g if r.reward.failed is None and r.output_ids]
-        self.dump_source = (generated, samples)  # dumped after the advantages (train_step)
         failed = [r for r in generated if r.reward.failed]
-        self.step_failures = (len(generated), len(failed),
-                              sum(c.get("groups_filtered", 0) for c in counts.values()),
-                              Counter(f"{r.reward.failed}: {r.reward.error}" for r in failed))
+        failures = (len(generated), len(failed), sum(c.get("groups_filtered", 0) for c in counts.values()),
+                    Counter(f"{r.reward.failed}: {r.reward.error}" for r in failed))
         metrics["rollout/batch_samples"] = float(len(samples))
-        return (self.build_batch(samples) if samples else None), metrics
+        # the responses are dumped after the advantages (train_step)
+        return Rollout(self.build_batch(samples) if samples else None, metrics, failures, (generated, samples))
 
     def query_filter(self, group: list[Response]) -> str:
         """"keep", or why the group is dropped: "all_failed" (no response has a reward), or
@@ -427,6 +505,7 @@ class RLVRPipeline(BasePipeline):
         (``val_greedy/...``). Up to ``val_batch_size`` prompts, the domains in turn."""
         if not self.val_prompts:
             return {}
+        self.wait_ahead()  # no weight change under a batch in flight
         self.sync_weights(step)
         by_tag: dict[str, list[Prompt]] = defaultdict(list)
         for p in self.val_prompts:
@@ -445,13 +524,19 @@ class RLVRPipeline(BasePipeline):
 
     # ================================================================ checkpoint
     def save_state(self, ckpt_dir: Path) -> dict[str, Any]:
-        return {**self.policy.save(ckpt_dir), "sampler": self.sampler.state_dict()}
+        """A batch generating ahead is not saved: the sampler is recorded as it was before that
+        batch drew its prompts, so a resume draws and generates them again."""
+        self.wait_ahead()
+        sampler = self.sampler_before_ahead if self.ahead is not None else self.sampler.state_dict()
+        return {**self.policy.save(ckpt_dir), "sampler": sampler}
 
     def load_state(self, ckpt_dir: Path, state: dict[str, Any]) -> None:
         self.policy.load(ckpt_dir, state)
         self.sampler.load_state_dict(state["sampler"])
 
     def shutdown(self) -> None:
+        if self.ahead_pool is not None:  # a batch in flight when the run stopped is dropped
+            self.ahead_pool.shutdown(wait=False, cancel_futures=True)
         if self.loop is not None:
             self.loop.close()
         super().shutdown()

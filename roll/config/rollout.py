@@ -82,7 +82,8 @@ class RolloutConfig:
     """sync: lockstep batches, every episode advances turn by turn together (baseline);
     async: per-sample scheduling, overlapping training up to async_generation_ratio."""
     async_generation_ratio: float = ranged(0.0, ge=0)
-    """Rollouts for step k may start while step k-1 trains; no sample is older than this many versions."""
+    """Rollouts for step k may start while step k-1 trains; no sample is older than this many versions.
+    The rlvr pipeline takes 0 or 1 (1: the next batch generates while this one trains)."""
     on_weight_update: Literal["partial", "discard", "wait"] = "partial"
     """In-flight generation at a weight update: partial (suspend and resume under the new weights),
     discard (restart the episode), wait (finish under the old weights)."""

@@ -71,3 +71,25 @@ def test_reward_timeouts_fail_samples_and_the_step_completes(tmp_path):
     assert r["reward/math/errors/TimeoutError"] == r["reward/math/failed_timeout"] == r["reward/math/failed"]
     assert r["reward/qa/errors/JudgeParseError"] >= 1  # a raising reward, in the same step
     assert "actor/loss" in r  # the other domains trained
+
+
+def test_async_generation_trains_each_batch_one_version_behind_and_resumes(tmp_path):
+    """``rollout.async_generation_ratio=1`` through the real workers: every batch after the first
+    was generated while the previous one trained (policy lag 1), validation and a checkpoint
+    in between, and a resume from that checkpoint continues."""
+    out = tmp_path / "run"
+    args = ("run", CONFIG, f"output_dir={out}", "show_progress=false", "rollout.async_generation_ratio=1",
+            "eval_steps=2", "save_steps=2", "tracking.dump_trajectories=0")
+    proc = roll(*args, "max_steps=3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    train = [r for r in records(out) if "actor/loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    assert [r["rollout/policy_lag"] for r in train] == [0.0, 1.0, 1.0]
+    assert all(r["timing/rollout"] > 0 for r in train) and all("timing/rollout_wait" in r for r in train[1:])
+    assert any("val/reward/math/score" in r for r in records(out) if r["step"] == 2)
+    # from the checkpoint written while step 3's batch was generating ahead
+    proc = roll(*args, "max_steps=4", f"resume_from_checkpoint={out / 'checkpoints' / 'step-2'}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    train = [r for r in records(out) if "actor/loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert [r["rollout/policy_lag"] for r in train[2:]] == [0.0, 1.0]  # the resume generates step 3 again
