@@ -286,7 +286,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
     specs["webshop"] = EnvSpec(
         name="webshop", tag="WebShopTest", sft_config=f"{CFG}/webshop_sft.yaml",
         rl_configs={"grpo": f"{CFG}/webshop_grpo.yaml"},
-        epsilon=WEBSHOP_EPSILON, episodes=1000, sft_steps=WEBSHOP_SFT_STEPS, rl_steps=30, eval_steps=15,
+        epsilon=WEBSHOP_EPSILON, episodes=1000, sft_steps=WEBSHOP_SFT_STEPS, rl_steps=60, eval_steps=20,
         val_tags=["WebShopTest", "WebShopFull"])
     if quick:
         # Same chain, every stage as small as it goes: the run time is Ray start-ups.
