@@ -60,6 +60,7 @@ from typing import Any
 import torch
 
 from roll.data.batch import Batch
+from roll.models.forward import accepts_logits_to_keep
 from roll.strategies.base import GenerationRequest, GenerationResult
 from roll.utils.logging import get_logger
 
@@ -338,13 +339,16 @@ class HFInferStrategy:
         reason: list[str | None] = [None] * n
         past = None
         step_ids, step_pos = input_ids, positions
+        # the LM head on the last column only: the prompt's other columns' logits are never read
+        keep = {"logits_to_keep": 1} if accepts_logits_to_keep(self.model) else {}
         for step in range(max(r.max_new_tokens for r in requests)):
             for i, r in enumerate(requests):
                 if reason[i] is None and r.request_id in self._aborted:
                     reason[i] = "abort"
             if all(x is not None for x in reason):
                 break
-            out = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past, use_cache=True)
+            out = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past,
+                             use_cache=True, **keep)
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             raw_lp = logits.log_softmax(-1)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import inspect
 import math
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -30,6 +29,7 @@ import torch.nn.functional as F
 
 from roll.data.batch import Batch
 from roll.data.packing import packed_forward, plan_packing
+from roll.models.forward import accepts_logits_to_keep
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -78,20 +78,6 @@ def forward_logprobs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return model_forward(model, batch)[0]
 
 
-_KEEPS_LOGITS: dict[type, bool] = {}
-
-
-def _accepts_logits_to_keep(model: Any) -> bool:
-    """Whether the causal LM under the DDP / DeepSpeed wrapper takes ``logits_to_keep``."""
-    inner = model
-    while hasattr(inner, "module") and isinstance(inner.module, torch.nn.Module):
-        inner = inner.module
-    cls = type(inner)
-    if cls not in _KEEPS_LOGITS:
-        _KEEPS_LOGITS[cls] = "logits_to_keep" in inspect.signature(inner.forward).parameters
-    return _KEEPS_LOGITS[cls]
-
-
 def logits_start(batch: Batch) -> int:
     """First column whose logits a loss token needs (column t predicts token t+1): the one
     before the first column holding a response token in any row; 0 without ``response_mask``
@@ -107,7 +93,7 @@ def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool 
     ``(None, {"values": [B, T]})`` (the first logit is the value head); ``extra["entropy"]``
     when asked. The LM head runs from :func:`logits_start` on (earlier columns are 0). Shared
     by the torch and DeepSpeed strategies."""
-    start = 0 if critic or not _accepts_logits_to_keep(model) else logits_start(batch)
+    start = 0 if critic or not accepts_logits_to_keep(model) else logits_start(batch)
     ids = batch["input_ids"]
     kwargs = {"logits_to_keep": ids.shape[1] - start} if start > 0 else {}
     out = model(input_ids=ids, attention_mask=batch["attention_mask"],
@@ -314,7 +300,7 @@ class HFTrainStrategy:
         return packed_forward(self.model, batch["input_ids"], batch["attention_mask"],
                               loss_mask=batch["response_mask"] if "response_mask" in batch.tensors else None,
                               temperature=sampling_temperatures(batch), critic=self.critic, entropy=entropy,
-                              keep_logits=_accepts_logits_to_keep(self.model))
+                              keep_logits=accepts_logits_to_keep(self.model))
 
     def _plan(self, batch: Batch, size: int) -> list[list[int]]:
         """Row indices of each micro-batch: ``size`` rows, or packed to the token budget (a row

@@ -57,6 +57,19 @@ def test_logprobs_match_a_full_forward(strategy):
     assert torch.allclose(scored[0, 3:], torch.tensor(res.logprobs), atol=1e-5)
 
 
+def test_lm_head_runs_on_the_last_column_only(strategy):
+    """The prompt's forward computes no logits for its earlier columns (never read); the
+    decoded tokens' logprobs still equal a full forward's (test above)."""
+    widths = []
+    hook = strategy.model.lm_head.register_forward_hook(lambda mod, args, out: widths.append(args[0].shape[1]))
+    try:
+        res = run(strategy.generate(req("keep", prompt=(5, 6, 7, 8, 9, 10), seed=4, max_new_tokens=3,
+                                        meta={"ignore_eos": True})))
+    finally:
+        hook.remove()
+    assert len(res.output_ids) == 3 and widths == [1, 1, 1]
+
+
 def test_filter_logits_top_k_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.5, 0.3, 0.15, 0.05]]))
     out = filter_logits(logits, torch.tensor([1.0, 1.0]), torch.tensor([2, -1]), torch.tensor([1.0, 0.7]))
