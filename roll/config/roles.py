@@ -113,7 +113,8 @@ class WorkerConfig:
     world_size: Optional[int] = ranged(None, ge=1)
     """Number of workers when the role runs on CPU slots without a device_mapping."""
     num_cpus_per_worker: float = ranged(1.0, ge=0)
-    """CPUs reserved per worker on Ray."""
+    """CPUs reserved per worker on Ray. Ray also sets the worker's OMP_NUM_THREADS, so torch's threads, to
+    this (at least 1): a CPU trainer whose phase runs alone wants the machine's cores."""
     strategy_args: StrategyArgs = field(default_factory=StrategyArgs)
     """Backend selection and passthrough options."""
     training_args: TrainingArgs = field(default_factory=TrainingArgs)
