@@ -5,7 +5,8 @@ Implements :class:`roll.strategies.base.InferenceStrategy`.
 Requests arrive one at a time (``await generate(request)``, many concurrently, e.g. one per
 env episode); a background loop collects whatever is queued (up to
 ``strategy_config.max_batch_size``, waiting ``batch_wait_ms`` for stragglers) and decodes
-it as ONE left-padded batch with a KV cache. The decode loop is our own (a few lines around
+it as ONE left-padded batch with a KV cache (rows with the same prompt, e.g. a GRPO group's
+samples, share one prompt forward and copy its cache). The decode loop is our own (a few lines around
 the model's forward) rather than ``model.generate`` because RL needs per-row control that
 ``generate`` does not give in one batch:
 
@@ -199,6 +200,7 @@ class HFInferStrategy:
         self._resume: asyncio.Event | None = None  # cleared while a weight update is in progress
         self._pause_timer: asyncio.TimerHandle | None = None
         self.num_batches = 0
+        self.shared_prefill_rows = 0  # rows whose prompt forward was another row's (same prompt)
         self.pause_timeouts = 0
 
     # ---- setup -------------------------------------------------------------------------
@@ -347,10 +349,13 @@ class HFInferStrategy:
                     reason[i] = "abort"
             if all(x is not None for x in reason):
                 break
-            out = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past,
-                             use_cache=True, **keep)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
+            if step == 0:
+                logits, past = self._prefill(step_ids, attn, step_pos, [r.prompt_ids for r in requests], keep)
+            else:
+                out = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past,
+                                 use_cache=True, **keep)
+                past = out.past_key_values
+                logits = out.logits[:, -1, :].float()
             raw_lp = logits.log_softmax(-1)
             tok = raw_lp.argmax(-1)
             lp = raw_lp.gather(-1, tok[:, None])[:, 0]
@@ -379,6 +384,25 @@ class HFInferStrategy:
             GenerationResult(r.request_id, out_ids[i], out_lps[i], reason[i] or "length", version)
             for i, r in enumerate(requests)
         ]
+
+    def _prefill(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, prompts: list[list[int]],
+                 keep: dict[str, Any]) -> tuple[torch.Tensor, Any]:
+        """The prompts' forward: last-column logits [n, V] and the KV cache of every row. Rows with
+        the same prompt (a group's samples) share one forward; the cache is then copied out to
+        every row (``reorder_cache``), which costs a copy instead of a forward per row."""
+        first: dict[tuple[int, ...], int] = {}
+        row_of = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        if len(first) < len(prompts):
+            unique = torch.tensor([row_of.index(u) for u in range(len(first))], device=ids.device)
+            out = self.model(input_ids=ids[unique], attention_mask=attn[unique], position_ids=pos[unique],
+                             use_cache=True, **keep)
+            if callable(getattr(out.past_key_values, "reorder_cache", None)):
+                expand = torch.tensor(row_of, device=ids.device)
+                out.past_key_values.reorder_cache(expand)
+                self.shared_prefill_rows += len(prompts) - len(first)
+                return out.logits[:, -1, :].float()[expand], out.past_key_values
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **keep)
+        return out.logits[:, -1, :].float(), out.past_key_values
 
     def _hits_stop_string(self, ids: list[int], stops: list[str], tail_tokens: int) -> bool:
         # a stop string ends in the newest token, so decoding a short tail is enough

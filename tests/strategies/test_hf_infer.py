@@ -70,6 +70,26 @@ def test_lm_head_runs_on_the_last_column_only(strategy):
     assert len(res.output_ids) == 3 and widths == [1, 1, 1]
 
 
+def test_rows_with_one_prompt_share_its_forward_and_decode_as_alone(strategy):
+    """A group's samples (one prompt, several seeds) run the prompt's forward once; each row's
+    tokens and logprobs are those it gets decoded alone."""
+    async def go():
+        shared0, n0 = strategy.shared_prefill_rows, strategy.num_batches
+        group = await asyncio.gather(*[strategy.generate(req(f"g{i}", prompt=(5, 6, 7, 8), seed=20 + i, temperature=1.0,
+                                                             meta={"ignore_eos": True})) for i in range(4)],
+                                     strategy.generate(req("other", prompt=(9, 9), seed=3, meta={"ignore_eos": True})))
+        return group, strategy.shared_prefill_rows - shared0, strategy.num_batches - n0
+
+    group, shared, batches = run(go())
+    assert batches == 1 and shared == 3  # one batch; 3 of the 4 group rows reused the first one's forward
+    for i, res in enumerate(group[:4]):
+        alone = run(strategy.generate(req(f"a{i}", prompt=(5, 6, 7, 8), seed=20 + i, temperature=1.0,
+                                          meta={"ignore_eos": True})))
+        assert res.output_ids == alone.output_ids
+        assert torch.allclose(torch.tensor(res.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
+    assert len({tuple(r.output_ids) for r in group[:4]}) > 1  # the rows still sample their own tokens
+
+
 def test_filter_logits_top_k_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.5, 0.3, 0.15, 0.05]]))
     out = filter_logits(logits, torch.tensor([1.0, 1.0]), torch.tensor([2, -1]), torch.tensor([1.0, 0.7]))
