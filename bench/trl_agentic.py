@@ -525,7 +525,7 @@ def section(saved: dict[str, Any], s: dict[str, dict[str, float]], line: str) ->
     if saved.get("note"):
         lines += ["", saved["note"]]
     loads = [r["load_avg"] for rs in runs.values() for r in rs]
-    lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (other jobs); "
+    lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (the runs themselves and any other jobs); "
               "absolute times scale with it, the alternating order keeps the ratios fair."]
     if max(loads) > BUSY_LOAD:
         lines += ["", f"**Measured on a busy machine (load above {BUSY_LOAD:g} on 2 cores)**: the step and start-up "

@@ -509,7 +509,7 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
                   "under the machine's load (the measured run is the one that started)."]
     loads = [r["load_avg"] for rs in runs.values() for r in rs if "load_avg" in r]
     if loads:
-        lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (other jobs); "
+        lines += ["", f"Machine load average during the runs: {min(loads):.1f}-{max(loads):.1f} on 2 cores (the runs themselves and any other jobs); "
                   "absolute times scale with it, the alternating order keeps the ratios fair."]
         if max(loads) > BUSY_LOAD:
             lines += ["", f"**Measured on a busy machine (load above {BUSY_LOAD:g} on 2 cores): the step and start-up "
