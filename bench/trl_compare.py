@@ -407,6 +407,19 @@ def _startup_phases(run: dict[str, Any]) -> dict[str, float]:
     return {k.split("/", 2)[2]: float(v) for k, v in first.items() if k.startswith("timing/startup/")}
 
 
+PROFILED = (
+    "Where roll's step time went, and what changed (py-spy on each worker during `--only roll` runs, quiet machine): "
+    "before, roll took 1.04-1.10 s per step against TRL's 1.02-1.13 (1.01x), rollout 0.37-0.42 s and actor_train "
+    "0.60-0.68 s. The inference worker spent most of its time in the prompts' forward: each of a group's 8 samples "
+    "ran its prompt's forward again, with the LM head over every prompt column though only the last one's logits are "
+    "read; `hf_infer` now runs a group's prompt once, copies its KV cache to the group's rows and computes the last "
+    "column's logits only (rollout 0.23-0.26 s). The trainer's whole time was forward and backward on one torch "
+    "thread (Ray sets a worker's OMP_NUM_THREADS to its CPUs, 1 by default) while the other core idled, the phases "
+    "not overlapping; on two (`actor_train.num_cpus_per_worker: 2`, as TRL's process uses both cores) actor_train "
+    "takes 0.44-0.47 s. With `rollout.async_generation_ratio: 1` the next batch generates while this one trains, "
+    "so a step is about the training phase alone.")
+"""How roll's per-step gap to TRL was found and closed (the docs section prints it)."""
+
 TORCH_PROCESSES = ("roll", "ray::ActorWorker", "ray::InferenceWorker")
 """roll's processes that import torch and transformers and hold the model (the driver builds batches
 with torch); the reward worker does not import torch."""
@@ -502,6 +515,7 @@ def section(args: argparse.Namespace, base: dict[str, float], runs: dict[str, li
         if cpu:
             lines += ["", f"{fw}'s CPU seconds to its first step by process (first run; less sensitive to the machine's "
                       "load than the start-up time): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if v >= 0.05) + "."]
+    lines += ["", PROFILED]
     lines += gap_explained(runs)
     retried = sum(r.get("ray_start_retries", 0) for rs in runs.values() for r in rs)
     if retried:
