@@ -34,6 +34,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import random
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -136,7 +137,6 @@ class RLVRPipeline(BasePipeline):
         self.ahead_ratio = int(cfg.rollout.async_generation_ratio)
         self.ahead: concurrent.futures.Future | None = None
         """The next step's rollout, generating while this step trains (async_generation_ratio 1)."""
-        self.ahead_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.sampler_before_ahead: dict[str, Any] | None = None
         """The prompt sampler's state before the batch in flight drew its prompts (checkpoints)."""
         self.policy: PolicyTrainer | None = None
@@ -306,17 +306,24 @@ class RLVRPipeline(BasePipeline):
         return rollout.batch, rollout.metrics
 
     def start_ahead(self, step: int) -> None:
-        """Generate ``step``'s batch in a thread, by the weights the inference workers hold now."""
-        if self.ahead_pool is None:
-            self.ahead_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvr-ahead")
+        """Generate ``step``'s batch in a thread, by the weights the inference workers hold now. A
+        daemon thread: if the run stops while it generates, it cannot keep the process alive
+        (its calls may never return once the workers and the loop are gone)."""
         self.sampler_before_ahead = self.sampler.state_dict()
+        future: concurrent.futures.Future = concurrent.futures.Future()
 
-        def generate() -> tuple[Rollout, float]:
+        def generate() -> None:
+            future.set_running_or_notify_cancel()
             t0 = time.perf_counter()
-            rollout = self.generate_rollout(step)
-            return rollout, time.perf_counter() - t0
+            try:
+                rollout = self.generate_rollout(step)
+            except BaseException as e:  # noqa: BLE001  (raised by take_ahead in the step that uses it)
+                future.set_exception(e)
+            else:
+                future.set_result((rollout, time.perf_counter() - t0))
 
-        self.ahead = self.ahead_pool.submit(generate)
+        threading.Thread(target=generate, name=f"rlvr-ahead-{step}", daemon=True).start()
+        self.ahead = future
 
     def take_ahead(self) -> Rollout:
         """The batch generated ahead (its errors raised here); its generation time is reported
@@ -535,8 +542,7 @@ class RLVRPipeline(BasePipeline):
         self.sampler.load_state_dict(state["sampler"])
 
     def shutdown(self) -> None:
-        if self.ahead_pool is not None:  # a batch in flight when the run stopped is dropped
-            self.ahead_pool.shutdown(wait=False, cancel_futures=True)
+        self.ahead = None  # a batch in flight when the run stopped is dropped (its thread is a daemon)
         if self.loop is not None:
             self.loop.close()
         super().shutdown()

@@ -183,3 +183,32 @@ def test_ratios_other_than_0_and_1_are_config_errors(tmp_path, ratio):
     from roll.config.preflight import preflight
 
     assert any("async_generation_ratio" in problem for problem in preflight(cfg, offline=True))
+
+
+def test_a_run_that_stops_while_a_batch_generates_does_not_wait_for_it(tmp_path):
+    p = _pipeline(tmp_path)
+    release = threading.Event()
+    p.gen_seconds = 0.0
+    real = p.generate_rollout
+
+    def hangs_after_step_0(step):
+        if step > 0:
+            release.wait()  # a generation whose calls never return (its workers are gone)
+        return real(step)
+
+    p.generate_rollout = hangs_after_step_0
+
+    def trainer_dies(batch):
+        raise RuntimeError("trainer died")
+
+    p.policy.train_on = trainer_dies
+    try:
+        with pytest.raises(RuntimeError, match="trainer died"):
+            p.train_step(0)  # step 1's batch is generating, and never finishes
+        (ahead,) = [t for t in threading.enumerate() if t.name == "rlvr-ahead-1"]
+        t0 = time.perf_counter()
+        p.shutdown()
+        assert time.perf_counter() - t0 < 5 and p.ahead is None
+        assert ahead.daemon and ahead.is_alive()  # cannot keep the process from exiting
+    finally:
+        release.set()
