@@ -134,7 +134,6 @@ class RLVRPipeline(BasePipeline):
         if errors:
             raise ConfigError(errors)
         self.model_path = resolve_model(cfg.pretrain)
-        self.ahead_ratio = int(cfg.rollout.async_generation_ratio)
         self.ahead: concurrent.futures.Future | None = None
         """The next step's rollout, generating while this step trains (async_generation_ratio 1)."""
         self.sampler_before_ahead: dict[str, Any] | None = None
@@ -247,15 +246,15 @@ class RLVRPipeline(BasePipeline):
     # ================================================================ one step
     def train_step(self, step: int) -> dict[str, float]:
         metrics: dict[str, float] = {**self.data_metrics, **self.startup_timings} if step == self.start_step else {}
+        rollout = None
         if self.ahead is not None:  # generated while the last step trained
             with self.timer("rollout_wait"):
                 rollout = self.take_ahead()
-        else:
-            metrics.update(self.sync_weights(step))
+        metrics.update(self.sync_weights(step))  # nothing generates now
+        if rollout is None:
             with self.timer("rollout"):
                 rollout = self.generate_rollout(step)
-        metrics.update(self.sync_weights(step))  # nothing generates now: the next batch gets these weights
-        if self.ahead_ratio and step + 1 < self.cfg.max_steps:
+        if self.cfg.rollout.async_generation_ratio and step + 1 < self.cfg.max_steps:
             self.start_ahead(step + 1)
         batch, rollout_metrics = self.use_rollout(rollout)
         metrics.update(rollout_metrics)
@@ -319,22 +318,21 @@ class RLVRPipeline(BasePipeline):
                 rollout = self.generate_rollout(step)
             except BaseException as e:  # noqa: BLE001  (raised by take_ahead in the step that uses it)
                 future.set_exception(e)
-            else:
-                future.set_result((rollout, time.perf_counter() - t0))
+            else:  # its own time: it overlapped the last step's training
+                rollout.metrics["timing/rollout"] = time.perf_counter() - t0
+                future.set_result(rollout)
 
         threading.Thread(target=generate, name=f"rlvr-ahead-{step}", daemon=True).start()
         self.ahead = future
 
     def take_ahead(self) -> Rollout:
-        """The batch generated ahead (its errors raised here); its generation time is reported
-        as ``timing/rollout`` (it overlapped the last step's training)."""
+        """The batch generated ahead, with its generation time as ``timing/rollout`` (its errors
+        raised here)."""
         assert self.ahead is not None
         try:
-            rollout, seconds = self.ahead.result()
+            return self.ahead.result()
         finally:
             self.ahead, self.sampler_before_ahead = None, None
-        rollout.metrics["timing/rollout"] = seconds
-        return rollout
 
     def wait_ahead(self) -> None:
         """Let the batch in flight finish (before weights change or a checkpoint); it is kept

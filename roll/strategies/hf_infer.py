@@ -201,6 +201,7 @@ class HFInferStrategy:
         self._pause_timer: asyncio.TimerHandle | None = None
         self.num_batches = 0
         self.shared_prefill_rows = 0  # rows whose prompt forward was another row's (same prompt)
+        self._cache_reorders: bool | None = None  # whether the model's KV cache has reorder_cache (None: not seen)
         self.pause_timeouts = 0
 
     # ---- setup -------------------------------------------------------------------------
@@ -391,15 +392,22 @@ class HFInferStrategy:
         the same prompt (a group's samples) share one forward; the cache is then copied out to
         every row (``reorder_cache``), which costs a copy instead of a forward per row."""
         first: dict[tuple[int, ...], int] = {}
-        row_of = [first.setdefault(tuple(p), len(first)) for p in prompts]
-        if len(first) < len(prompts):
-            unique = torch.tensor([row_of.index(u) for u in range(len(first))], device=ids.device)
+        row_of, unique_rows = [], []
+        for i, prompt in enumerate(prompts):
+            u = first.setdefault(tuple(prompt), len(first))
+            if u == len(unique_rows):
+                unique_rows.append(i)
+            row_of.append(u)
+        # a model whose cache cannot be reordered (found at its first shared forward) decodes every row
+        if len(unique_rows) < len(prompts) and self._cache_reorders is not False:
+            unique = torch.tensor(unique_rows, device=ids.device)
             out = self.model(input_ids=ids[unique], attention_mask=attn[unique], position_ids=pos[unique],
                              use_cache=True, **keep)
-            if callable(getattr(out.past_key_values, "reorder_cache", None)):
+            self._cache_reorders = callable(getattr(out.past_key_values, "reorder_cache", None))
+            if self._cache_reorders:
                 expand = torch.tensor(row_of, device=ids.device)
                 out.past_key_values.reorder_cache(expand)
-                self.shared_prefill_rows += len(prompts) - len(first)
+                self.shared_prefill_rows += len(prompts) - len(unique_rows)
                 return out.logits[:, -1, :].float()[expand], out.past_key_values
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **keep)
         return out.logits[:, -1, :].float(), out.past_key_values
