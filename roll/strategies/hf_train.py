@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from roll.data.batch import Batch
 from roll.data.packing import packed_forward, plan_packing
-from roll.models.forward import accepts_logits_to_keep
+from roll.models.forward import accepts_logits_to_keep, output_head, right_padded_width
 from roll.utils.logging import get_logger
 
 logger = get_logger(__name__)
@@ -91,18 +91,74 @@ def logits_start(batch: Batch) -> int:
 def model_forward(model: Any, batch: Batch, critic: bool = False, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
     """One forward of a (wrapped) causal LM: ``(logprobs [B, T], extra)``; a critic returns
     ``(None, {"values": [B, T]})`` (the first logit is the value head); ``extra["entropy"]``
-    when asked. The LM head runs from :func:`logits_start` on (earlier columns are 0). Shared
-    by the torch and DeepSpeed strategies."""
-    start = 0 if critic or not accepts_logits_to_keep(model) else logits_start(batch)
+    when asked. Shared by the torch and DeepSpeed strategies.
+
+    What is computed (the same values on every scored token, only less work):
+    - a right-padded batch (no ``position_ids`` given) runs without its all-padding columns and
+      without an attention mask (:func:`roll.models.forward.right_padded_width`);
+    - with ``response_mask``, the LM head runs only on the hidden states that predict a response
+      token (a pre-hook on the head gathers them), so logprobs and entropy are 0 elsewhere, as in
+      a packed micro-batch; a model without a reachable head runs it from :func:`logits_start` on.
+    """
     ids = batch["input_ids"]
-    kwargs = {"logits_to_keep": ids.shape[1] - start} if start > 0 else {}
-    out = model(input_ids=ids, attention_mask=batch["attention_mask"],
-                position_ids=position_ids_for(batch), use_cache=False, **kwargs)
+    b, t = ids.shape
+    width = None if "position_ids" in batch.tensors else right_padded_width(batch["attention_mask"])
+    if width is not None:
+        ids = ids[:, :width]
+        inputs = {"input_ids": ids, "attention_mask": None, "position_ids": None}
+    else:
+        inputs = {"input_ids": ids, "attention_mask": batch["attention_mask"], "position_ids": position_ids_for(batch)}
+    w = ids.shape[1]
     if critic:
-        return None, {"values": out.logits[..., 0].float()}
+        values = model(**inputs, use_cache=False).logits[..., 0].float()
+        return None, {"values": F.pad(values, (0, t - w))}
     temp = sampling_temperatures(batch)
-    extra = {"entropy": F.pad(token_entropy(out.logits, temp), (start, 0))} if entropy else {}
-    return F.pad(token_logprobs(out.logits, ids[:, start:], temp), (start, 0)), extra
+    head = output_head(model) if "response_mask" in batch.tensors else None
+    if head is not None:
+        return _scored_forward(model, head, inputs, batch["response_mask"][:, :w], temp, entropy, t)
+    start = 0 if not accepts_logits_to_keep(model) else logits_start(batch)
+    kwargs = {"logits_to_keep": w - start} if start > 0 else {}
+    out = model(**inputs, use_cache=False, **kwargs)
+    extra = {"entropy": F.pad(token_entropy(out.logits, temp), (start, t - w))} if entropy else {}
+    return F.pad(token_logprobs(out.logits, ids[:, start:], temp), (start, t - w)), extra
+
+
+def _scored_forward(model: Any, head: torch.nn.Module, inputs: dict[str, Any], response_mask: torch.Tensor,
+                    temp: torch.Tensor | None, entropy: bool, t: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """model_forward with the LM head on the columns that predict a response token only: the
+    head's input [B, w, H] becomes [1, N, H] (those columns' hidden states), so the logits are
+    [1, N, V]; a model that calls its head on another shape gets it unchanged and the columns
+    are taken from its full logits."""
+    ids = inputs["input_ids"]
+    b, w = ids.shape
+    rows, cols = response_mask[:, 1:].bool().nonzero(as_tuple=True)  # token cols + 1 is predicted at cols
+    gathered: list[bool] = []
+
+    def take(_module: torch.nn.Module, args: tuple) -> tuple | None:
+        h = args[0] if args else None
+        if not gathered and isinstance(h, torch.Tensor) and h.dim() == 3 and tuple(h.shape[:2]) == (b, w):
+            gathered.append(True)
+            return (h[rows, cols].unsqueeze(0), *args[1:])
+        return None
+
+    handle = head.register_forward_pre_hook(take)
+    try:
+        out = model(**inputs, use_cache=False)
+    finally:
+        handle.remove()
+    logits = (out.logits[0] if gathered else out.logits[rows, cols]).float()
+    if temp is not None:
+        logits = logits / temp.to(logits.device)[rows][:, None]
+    lp = logits.gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    out_lp = lp.new_zeros(b, t)
+    out_lp[rows, cols + 1] = lp
+    extra: dict[str, torch.Tensor] = {}
+    if entropy:
+        logp = logits.log_softmax(-1)
+        ent = lp.new_zeros(b, t)
+        ent[rows, cols + 1] = -(logp.exp() * logp).sum(-1)
+        extra["entropy"] = ent
+    return out_lp, extra
 
 
 def max_micro_batches(n_local: int, device: Any) -> int:
@@ -303,12 +359,14 @@ class HFTrainStrategy:
                               keep_logits=accepts_logits_to_keep(self.model))
 
     def _plan(self, batch: Batch, size: int) -> list[list[int]]:
-        """Row indices of each micro-batch: ``size`` rows, or packed to the token budget (a row
-        longer than the budget is a micro-batch of its own)."""
+        """Row indices of each micro-batch: ``size`` rows of similar lengths (rows in order of
+        length, so each micro-batch is cut to its own longest row, see model_forward), or packed
+        to the token budget (a row longer than the budget is a micro-batch of its own)."""
+        lengths = batch["attention_mask"].sum(-1).tolist()
         if self.args.max_tokens_per_micro_batch:
-            lengths = batch["attention_mask"].sum(-1).tolist()
             return plan_packing(lengths, self.args.max_tokens_per_micro_batch, oversize="alone")
-        return [list(range(i, min(i + size, len(batch)))) for i in range(0, len(batch), size)]
+        order = sorted(range(len(batch)), key=lambda i: (lengths[i], i))
+        return [sorted(order[i:i + size]) for i in range(0, len(order), size)]
 
     def _dummy_batch(self) -> Batch:
         one = torch.zeros((1, 2), dtype=torch.long, device=self.device)

@@ -47,7 +47,7 @@ def test_logprobs_alignment(tiny_model_dir):
 def test_lm_head_runs_only_where_loss_tokens_need_it(tiny_model_dir):
     """Responses starting at different columns per row (step mode: prompts of different
     lengths): logprobs and entropy on every response token equal the full-logits ones, and
-    the LM head sees only the columns from the one before the first response token."""
+    the LM head sees only the hidden states that predict a response token."""
     from roll.strategies.torch_train import model_forward, token_entropy, token_logprobs
 
     s = make(tiny_model_dir)
@@ -64,18 +64,91 @@ def test_lm_head_runs_only_where_loss_tokens_need_it(tiny_model_dir):
             lp, extra = model_forward(s.model, b, entropy=True)
     finally:
         hook.remove()
-    assert widths == [14 - 6]
+    assert widths == [int(resp.sum())]  # one head row per response token, in one [1, N] call
     with torch.no_grad():
         logits = s.hf_model(input_ids=b["input_ids"]).logits
     mask = resp.bool()
     assert torch.allclose(lp[mask], token_logprobs(logits, b["input_ids"])[mask], atol=1e-5)
     assert torch.allclose(extra["entropy"][mask], token_entropy(logits)[mask], atol=1e-5)
-    assert torch.all(lp[:, :7] == 0) and torch.all(lp[:, 7:] != 0)
+    assert torch.all(lp[~mask] == 0) and torch.all(lp[mask] != 0)
+    assert torch.all(extra["entropy"][~mask] == 0)
     # no response_mask: every column is scored
     del b.tensors["response_mask"]
     with torch.no_grad():
         full, _ = model_forward(s.model, b)
     assert torch.allclose(full, token_logprobs(logits, b["input_ids"]), atol=1e-5)
+
+
+def test_right_padded_rows_run_cut_and_without_a_mask_and_score_as_alone(tiny_model_dir):
+    """A right-padded batch is cut to its longest row and runs without an attention mask; each
+    row's response logprobs equal the row's own forward, unpadded. A left-padded row keeps the
+    masked path with the same result."""
+    from roll.models.forward import right_padded_width
+    from roll.strategies.torch_train import model_forward
+
+    s = make(tiny_model_dir)
+    gen = torch.Generator().manual_seed(5)
+    lengths, width = [9, 14, 6, 11], 20
+    ids = torch.randint(3, 3000, (4, width), generator=gen)
+    attn = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    resp = attn.clone()
+    resp[:, :4] = 0
+    from roll.data.batch import Batch
+
+    b = Batch({"input_ids": ids * attn, "attention_mask": attn, "response_mask": resp})
+    assert right_padded_width(attn) == 14 and right_padded_width(attn.flip(-1)) is None
+    seen = []
+    hook = s.hf_model.model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append((kwargs["input_ids"].shape[1], kwargs.get("attention_mask"))), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            lp, _ = model_forward(s.model, b)
+    finally:
+        hook.remove()
+    assert seen == [(14, None)] and lp.shape == (4, width)
+    # the same rows, left-padded
+    left = Batch({k: torch.stack([v[r].roll(width - n) for r, n in enumerate(lengths)]) for k, v in b.tensors.items()})
+    with torch.no_grad():
+        lp_left, _ = model_forward(s.model, left)
+        for row, n in enumerate(lengths):
+            logits = s.hf_model(input_ids=ids[row:row + 1, :n]).logits[0]
+            alone = logits[:-1].log_softmax(-1).gather(-1, ids[row, 1:n, None]).squeeze(-1)
+            torch.testing.assert_close(lp[row, 4:n], alone[3:], atol=1e-5, rtol=0)
+            torch.testing.assert_close(lp_left[row, width - n + 4:], alone[3:], atol=1e-5, rtol=0)
+    assert torch.all(lp[resp == 0] == 0)
+
+
+def test_a_head_called_on_another_shape_still_scores_the_response_tokens(tiny_model_dir):
+    """A model whose LM head input is not [B, T, H] (here: a wrapper that runs the head on
+    the flattened hidden states) is not gathered: the response columns come from its logits."""
+    from roll.strategies.torch_train import model_forward, token_logprobs
+
+    s = make(tiny_model_dir)
+    b = batch(rows=3, width=10, seed=2)
+    b.tensors["attention_mask"] = torch.ones(3, 10, dtype=torch.long)
+    resp = torch.zeros(3, 10, dtype=torch.long)
+    resp[:, 6:] = 1
+    b.tensors["response_mask"] = resp
+
+    class FlatHead(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def get_output_embeddings(self):
+            return self.model.lm_head
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+            h = self.model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+            logits = self.model.lm_head(h.reshape(-1, h.shape[-1])).reshape(*h.shape[:2], -1)
+            return type("Out", (), {"logits": logits})()
+
+    with torch.no_grad():
+        lp, _ = model_forward(FlatHead(s.hf_model), b)
+        want = token_logprobs(s.hf_model(input_ids=b["input_ids"]).logits, b["input_ids"])
+    mask = resp.bool()
+    torch.testing.assert_close(lp[mask], want[mask], atol=1e-5, rtol=0)
+    assert torch.all(lp[~mask] == 0)
 
 
 def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir):
