@@ -1,5 +1,5 @@
 """Actor train step: sequence packing against padding on multi-turn batches, and the LM head
-over every column against the head only from the first response column (``logits_to_keep``).
+over every column against the head on the scored columns of micro-batches cut to their rows.
 
     python bench/train_step.py            # packing on tiny and small, 192 rows; head on tiny and small
     python bench/train_step.py --quick    # tiny model only, 64 rows (prints, never writes docs)
@@ -14,9 +14,11 @@ counts real tokens. Peak RSS per role: each (mode, role) once more alone in a fr
 (``actor_train`` runs train_step, ``reference`` runs logprobs). The packed logprobs are checked against the padded ones on loss
 tokens (largest difference reported).
 
-**LM head.** A step-mode batch (prompts of 44-48 tokens, responses of 4-8 tokens at their
-end), train_step with the head over all columns (``logits_start`` forced to 0) and from the
-column before the first response token, alternating in one process, best of N.
+**LM head.** Step-mode batches (grid: prompts of 44-48 tokens, responses of 4-8; webshop:
+prompts of 60-260, responses of 8-21), train_step with the head over all columns at the
+batch's width with its mask (``full``), from the column before the first response token
+(``keep``) and on the scored columns of length-sorted micro-batches cut to their longest row and
+run without a mask (``scored``, the default), alternating in one process, best of N.
 """
 from __future__ import annotations
 
@@ -163,12 +165,14 @@ def bench_packing(size: str, rows: int, budget: int, repeats: int, tmp: Path) ->
     return out
 
 
-def step_mode_batch(rows: int, seed: int = 0):
+def step_mode_batch(rows: int, seed: int = 0, prompt_range: tuple[int, int] = (44, 49), resp_range: tuple[int, int] = (4, 9)):
+    """Step-mode rows: a prompt of ``prompt_range`` tokens, then a response of ``resp_range``,
+    right-padded."""
     from roll.data.batch import Batch
 
     g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(44, 49, (rows,), generator=g)
-    resp = torch.randint(4, 9, (rows,), generator=g)
+    prompt = torch.randint(*prompt_range, (rows,), generator=g)
+    resp = torch.randint(*resp_range, (rows,), generator=g)
     width = int((prompt + resp).max())
     ids = torch.zeros(rows, width, dtype=torch.long)
     attn = torch.zeros_like(ids)
@@ -183,38 +187,62 @@ def step_mode_batch(rows: int, seed: int = 0):
                   "old_logprobs": torch.zeros(rows, width)})
 
 
-def bench_head(size: str, rows: int, repeats: int) -> dict:
+HEAD_BATCHES = {
+    # Sokoban / FrozenLake turns: prompts of one length, short answers
+    "grid": dict(prompt_range=(44, 49), resp_range=(4, 9)),
+    # WebShop turns (search, results and item pages): prompts of 60-260 tokens, answers of 8-21
+    "webshop": dict(prompt_range=(60, 261), resp_range=(8, 22)),
+}
+HEAD_MODES = ("full", "keep", "scored")
+
+
+def bench_head(size: str, kind: str, rows: int, micro: int, repeats: int) -> dict:
+    """train_step under three forwards of the same rows: ``full`` (LM head over every column,
+    the batch's width and attention mask, micro-batches in row order), ``keep`` (the head from
+    the first response column on) and ``scored`` (the default: micro-batches of similar lengths,
+    each cut to its longest row and run without a mask, the head on the scored columns only)."""
     import roll.strategies.hf_train as hf
     from roll.algorithms.losses import make_actor_loss_fn
     from roll.config.algorithm import AlgorithmConfig
 
-    strategy = _strategy(size, 0, 64)
-    batch = step_mode_batch(rows)
+    strategy = _strategy(size, 0, micro)
+    batch = step_mode_batch(rows, **HEAD_BATCHES[kind])
     loss_fn = make_actor_loss_fn(AlgorithmConfig(policy_loss="ppo_clip"))
-    real_start = hf.logits_start  # model_forward reads it from roll.strategies.hf_train
-    modes = {"full": lambda b: 0, "keep": real_start}
+    real = {"logits_start": hf.logits_start, "output_head": hf.output_head, "right_padded_width": hf.right_padded_width}
+    in_order = lambda self, b, n: [list(range(i, min(i + n, len(b)))) for i in range(0, len(b), n)]  # noqa: E731
+    masked = {"output_head": lambda m: None, "right_padded_width": lambda m: None}
+    modes = {"full": {**masked, "logits_start": lambda b: 0}, "keep": masked, "scored": {}}
+
+    def use(name: str) -> None:
+        for attr, fn in real.items():
+            setattr(hf, attr, modes[name].get(attr, fn))
+        strategy._plan = (lambda b, n: in_order(strategy, b, n)) if name != "scored" else type(strategy)._plan.__get__(strategy)
+
     mask = batch["response_mask"].bool()
     lps = {}
     best = {name: float("inf") for name in modes}
     try:
-        for name, fn in modes.items():  # before any update: the same weights for both
-            hf.logits_start = fn
+        for name in modes:  # before any update: the same weights for each
+            use(name)
             lps[name] = strategy.logprobs(batch)[mask]
-        for name, fn in modes.items():  # warm-up
-            hf.logits_start = fn
+        for name in modes:  # warm-up
+            use(name)
             strategy.train_step(batch, loss_fn)
         for _ in range(repeats):
-            for name, fn in modes.items():
-                hf.logits_start = fn
+            for name in modes:
+                use(name)
                 t0 = time.perf_counter()
                 strategy.train_step(batch, loss_fn)
                 best[name] = min(best[name], time.perf_counter() - t0)
     finally:
-        hf.logits_start = real_start
+        for attr, fn in real.items():
+            setattr(hf, attr, fn)
     width = batch["input_ids"].shape[1]
-    return {"size": size, "rows": rows, "width": width, "head_cols": width - real_start(batch),
-            "full_s": best["full"], "keep_s": best["keep"], "speedup": best["full"] / best["keep"],
-            "logprob_diff": float((lps["full"] - lps["keep"]).abs().max())}
+    return {"size": size, "kind": kind, "rows": rows, "width": width, "micro": micro,
+            "head_cols": width - real["logits_start"](batch), "scored_tokens": int(mask.sum()),
+            **{f"{m}_s": best[m] for m in modes},
+            "speedup": best["full"] / best["scored"], "keep_speedup": best["full"] / best["keep"],
+            "logprob_diff": max(float((lps["full"] - lps[m]).abs().max()) for m in modes)}
 
 
 def write_docs(packing: list[dict], head: list[dict], args: argparse.Namespace, wall: float) -> None:
@@ -242,18 +270,25 @@ def write_docs(packing: list[dict], head: list[dict], args: argparse.Namespace, 
               "with a long tail most rows are far shorter than the batch's width. Attention inside a packed row is a "
               "block-diagonal mask on CPU sdpa (it costs budget x budget per micro-batch), so the budget is set near "
               "the longest row.", "",
-              "### LM head from the first response column", "",
-              "Step-mode batches: prompts of 44-48 tokens, responses of 4-8 tokens at their end, micro-batches of 64. "
-              "`full`: the LM head over every column; `keep`: from the column before the first response token "
-              "(`logits_to_keep`, the default). Best of N, alternating in one process.", "",
-              "| model | rows x columns | head columns (keep) | full (s) | keep (s) | speedup | max logprob diff |",
-              "|---|---|---|---|---|---|---|"]
+              "### LM head on scored columns, micro-batches cut to their rows", "",
+              "Step-mode batches, right-padded: `grid` (prompts of 44-48 tokens, responses of 4-8, as Sokoban and "
+              "FrozenLake turns) and `webshop` (prompts of 60-260 tokens, responses of 8-21, as WebShop's search, "
+              "results and item pages). One train_step of the same rows three ways: `full`: the LM head over "
+              "every column, every micro-batch at the batch's width with its attention mask, rows in order; "
+              "`keep`: the head from the column before the first response token (`logits_to_keep`); `scored` (the "
+              "default): rows in order of length, each micro-batch cut to its longest row and run without a "
+              "mask (right padding needs none under causal attention, and sdpa then runs its causal kernel), the "
+              "head on the hidden states that predict a response token only. Best of N, alternating in one process.", "",
+              "| model | batch | rows x columns | micro-batch | scored tokens | full (s) | keep (s) | scored (s) | "
+              "speedup (full / scored) | max logprob diff |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in head:
-        lines.append(f"| {r['size']} | {r['rows']} x {r['width']} | {r['head_cols']} | {r['full_s']:.3f} | "
-                     f"{r['keep_s']:.3f} | {r['speedup']:.2f}x | {r['logprob_diff']:.1e} |")
-    lines += ["", "The gain is the share of a step that the [B, T, V] logits, their float copy, log-softmax and "
-              "its backward take over the prompt columns: large where the vocabulary (3072) is large next to the "
-              "width (128 for tiny), small where the transformer body dominates (small: width 384, 6 layers).", ""]
+        lines.append(f"| {r['size']} | {r['kind']} | {r['rows']} x {r['width']} | {r['micro']} | {r['scored_tokens']} | "
+                     f"{r['full_s']:.3f} | {r['keep_s']:.3f} | {r['scored_s']:.3f} | {r['speedup']:.2f}x | "
+                     f"{r['logprob_diff']:.1e} |")
+    lines += ["", "The head's share is large where the vocabulary (3072) is large next to the width (128 for tiny) "
+              "and small where the transformer body dominates (small: width 384, 6 layers); cutting and the causal "
+              "kernel matter where prompt lengths spread (webshop).", ""]
     write_section("\n".join(lines), quick=args.quick, no_docs=args.no_docs)
 
 
@@ -283,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             packing = [bench_packing(s, 64 if args.quick else 192, args.budget, 2 if args.quick else 3, Path(tmp))
                        for s in sizes]
-        head = [bench_head(s, 128 if args.quick else 448, 3 if args.quick else 5) for s in sizes]
+        head = [bench_head(s, kind, *((128, 64) if kind == "grid" else (64, 16)) if args.quick else
+                           ((448, 64) if kind == "grid" else (128, 16)), 3 if args.quick else 5)
+                for s in sizes for kind in HEAD_BATCHES]
     finally:
         dist.destroy_process_group()
     wall = time.perf_counter() - t0
@@ -293,13 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['max_len']}), padded {r[f'{role}_padded_s']:.3f} s, packed {r[f'{role}_packed_s']:.3f} s "
                   f"({r[f'{role}_speedup']:.2f}x), peak RSS {r[f'{role}_padded_rss_mb']:.0f} / {r[f'{role}_packed_rss_mb']:.0f} MB")
     for r in head:
-        print(f"head {r['size']}: {r['rows']}x{r['width']}, full {r['full_s']:.3f} s, keep {r['keep_s']:.3f} s "
-              f"({r['speedup']:.2f}x), logprob diff {r['logprob_diff']:.1e}")
+        print(f"head {r['size']} {r['kind']}: {r['rows']}x{r['width']}, full {r['full_s']:.3f} s, keep {r['keep_s']:.3f} s, "
+              f"scored {r['scored_s']:.3f} s ({r['speedup']:.2f}x), logprob diff {r['logprob_diff']:.1e}")
     write_docs(packing, head, args, wall)
     figures = {"packing_speedup": min(r["actor_train_speedup"] for r in packing),
                "packing_logprob_speedup": min(r["reference_speedup"] for r in packing),
                "packing_logprob_diff": max(r["logprob_diff"] for r in packing)}
-    figures.update({f"{r['size']}_speedup": r["speedup"] for r in head})
+    figures.update({f"{r['size']}_{r['kind']}_speedup": round(r["speedup"], 3) for r in head})
     figures.update(max_logprob_diff=max(r["logprob_diff"] for r in head), wall_s=round(wall))
     print(result_line(figures))
     return 0

@@ -33,14 +33,16 @@ class TrainingArgs:
     per_device_train_batch_size: int = ranged(1, ge=1)
     """Micro-batch size (samples) per data-parallel rank for one forward/backward."""
     max_tokens_per_micro_batch: int = ranged(0, ge=0)
-    """Sequence packing (torch_train, deepspeed): 0 (default) pads micro-batches of
-    `per_device_train_batch_size` rows (`infer_batch_size` for logprob/value passes) to their
-    longest row. N > 0 packs each rank's rows into micro-batches of at most N real tokens
-    (first-fit decreasing), each run as one row with positions restarting per sequence and
+    """Sequence packing (torch_train, deepspeed): 0 (default) runs micro-batches of
+    `per_device_train_batch_size` rows (`infer_batch_size` for logprob/value passes) of similar
+    lengths, each cut to its longest row (right-padded ones without an attention mask). N > 0
+    packs each rank's rows into micro-batches of at most N real tokens (first-fit decreasing),
+    each run as one row with positions restarting per sequence and
     attention confined to it, no compute on padding; same loss and gradients as padding. Used
     for the training step and the old/reference logprob and value passes (row counts are then
     ignored). A row longer than N is a micro-batch of its own. Set it to about the longest
-    row: attention in a packed row costs N x N on kernels without varlen support (CPU sdpa)."""
+    row: attention in a packed row costs N x N on kernels without varlen support (CPU sdpa),
+    where the default is as fast or faster."""
     gradient_accumulation_steps: int = ranged(1, ge=1)
     """Micro-batches accumulated per optimizer step on each rank."""
     max_grad_norm: float = ranged(1.0, ge=0)
