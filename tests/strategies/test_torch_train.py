@@ -118,6 +118,29 @@ def test_right_padded_rows_run_cut_and_without_a_mask_and_score_as_alone(tiny_mo
     assert torch.all(lp[resp == 0] == 0)
 
 
+def test_micro_batches_group_rows_of_similar_length(tiny_model_dir):
+    """Rows go to micro-batches in order of length (each then cut to its longest row), every
+    row exactly once; the train step's loss is that of row-order micro-batches."""
+    from roll.data.batch import Batch
+
+    s = make(tiny_model_dir, per_device_train_batch_size=2)
+    lengths = [10, 3, 9, 2, 6]
+    attn = (torch.arange(12)[None] < torch.tensor(lengths)[:, None]).long()
+    plan = s._plan(Batch({"input_ids": attn.clone(), "attention_mask": attn}), 2)
+    assert plan == [[1, 3], [2, 4], [0]]  # lengths (3, 2), (9, 6), (10)
+    # the same rows in row order give the same step (adam_eps large: the update is linear in the gradient)
+    b = batch(rows=5, width=12, seed=4)
+    b.tensors["attention_mask"] = attn
+    b.tensors["response_mask"] = b["response_mask"] * attn
+    sorted_run, in_order = make(tiny_model_dir, per_device_train_batch_size=2, adam_eps=1.0), \
+        make(tiny_model_dir, per_device_train_batch_size=2, adam_eps=1.0)
+    in_order._plan = lambda bt, n: [list(range(i, min(i + n, len(bt)))) for i in range(0, len(bt), n)]
+    m1, m2 = sorted_run.train_step(b, ACTOR_LOSS), in_order.train_step(b, ACTOR_LOSS)
+    assert m1["loss"] == pytest.approx(m2["loss"], abs=1e-6) and m1["grad_norm"] == pytest.approx(m2["grad_norm"], abs=1e-5)
+    for (n, p1), (_, p2) in zip(sorted_run.hf_model.named_parameters(), in_order.hf_model.named_parameters()):
+        assert torch.allclose(p1, p2, atol=1e-6), n
+
+
 def test_a_head_called_on_another_shape_still_scores_the_response_tokens(tiny_model_dir):
     """A model whose LM head input is not [B, T, H] (here: a wrapper that runs the head on
     the flattened hidden states) is not gathered: the response columns come from its logits."""
