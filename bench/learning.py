@@ -27,6 +27,7 @@ import json
 import shlex
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,9 +261,15 @@ class EnvSpec:
     """Validation tags to report (default: ``tag``)."""
     algo_overrides: dict[str, list[str]] = field(default_factory=dict)
     """Extra overrides for the RL run of one algorithm."""
+    checkpoints: bool = True
+    """Stages checkpoint (SFT_CHECKPOINTS per SFT run, RL at each validation round) so that an
+    interrupted chain resumes under --reuse."""
 
 
 WEBSHOP_EPSILON = 0.1
+SFT_CHECKPOINTS = 6
+"""Checkpoints per SFT stage (and RL stages save at each validation round): an interrupted
+chain rerun with --reuse resumes its stage from the last one."""
 WEBSHOP_SFT_STEPS = 1500
 
 
@@ -297,6 +304,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         # Same chain, every stage as small as it goes: the run time is Ray start-ups.
         for s in specs.values():
             s.episodes, s.sft_steps, s.rl_steps, s.eval_steps = 8, 2, 2, 1
+            s.checkpoints = False
             s.demo_sets = [(tag, eps, 8) for tag, eps, _ in s.demo_sets]
             s.overrides = ["rollout_batch_size=8", "val_batch_size=4", "train_env_manager.group_size=4",
                            "actor_train.training_args.per_device_train_batch_size=8",
@@ -314,27 +322,54 @@ _SLOTS: Optional[threading.BoundedSemaphore] = None
 """With ``--jobs N``: at most N stage subprocesses at once (see main)."""
 
 
-def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False) -> float:
+RESUME_ARGS = ("save_steps=", "resume_from_checkpoint=")
+"""Overrides that make a stage resumable and do not change what it computes: left out of the
+marker's command and of the commands the docs show."""
+
+
+def _core(cmd: list[str]) -> list[str]:
+    return [a for a in cmd if not a.startswith(RESUME_ARGS)]
+
+
+def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False,
+            out_dir: Optional[Path] = None) -> float:
     """Run one stage as a subprocess (output to ``log``); its wall time in seconds.
 
     With ``reuse``, a stage whose marker (next to its log) records the same command and a
     clean exit is not run again: its recorded wall time is returned (a later invocation for
-    another env, or after an interruption, continues the chain)."""
+    another env, or after an interruption, continues the chain). A ``roll run`` stage that
+    checkpoints (``save_steps=``, ``out_dir`` its output_dir) and was interrupted resumes
+    from its last checkpoint under ``reuse`` (``resume_from_checkpoint=true``); its wall time
+    then adds the interrupted attempts' time up to their last checkpoint (kept in a
+    ``.running.json`` next to the log)."""
     # as a reader would type it: `roll ...` from the repository root
-    commands.append(shlex.join(["roll", *cmd[3:]]).replace(f"{ROOT}/", ""))
+    commands.append(shlex.join(["roll", *_core(cmd)[3:]]).replace(f"{ROOT}/", ""))
     marker = log.with_suffix(".done.json")
+    running = log.with_suffix(".running.json")
     if reuse and marker.exists():
         done = json.loads(marker.read_text())
-        if done.get("cmd") == cmd[2:]:  # the interpreter path may differ between machines
+        if _core(done.get("cmd", [])) == _core(cmd)[2:]:  # the interpreter path may differ between machines
             print(f"$ {shlex.join(cmd)}\n  reused ({done['wall_s']:.0f} s, {marker})", flush=True)
             return float(done["wall_s"])
     marker.unlink(missing_ok=True)
+    earlier = 0.0
+    if reuse and out_dir is not None and running.exists() and any(a.startswith("save_steps=") for a in cmd):
+        cmd = [*cmd, "resume_from_checkpoint=true"]
+        before = json.loads(running.read_text())
+        latest = out_dir / "checkpoints" / "latest"
+        ckpt_t = latest.stat().st_mtime if latest.exists() else 0.0
+        earlier = before["earlier_s"] + max(0.0, ckpt_t - before["start"])
+        print(f"  an earlier attempt was interrupted: resuming from its last checkpoint, if any "
+              f"({earlier:.0f} s of earlier attempts counted)", flush=True)
+    running.parent.mkdir(parents=True, exist_ok=True)
+    running.write_text(json.dumps({"start": time.time(), "earlier_s": earlier}))
     print(f"$ {shlex.join(cmd)}", flush=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     with _SLOTS or contextlib.nullcontext():
-        wall = run_logged(cmd, log, "stage")
+        wall = run_logged(cmd, log, "stage") + earlier
     print(f"  done in {wall:.0f} s", flush=True)
     marker.write_text(json.dumps({"cmd": cmd[2:], "wall_s": wall}))
+    running.unlink(missing_ok=True)
     return wall
 
 
@@ -435,7 +470,9 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
     sft_dir = base / "sft"
     result["wall_s"]["sft"] = run_cmd(
         roll_cmd("run", spec.sft_config, f"output_dir={sft_dir}", f"data.train_files=[{train_files}]",
-                 f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false"), base / "sft.log", commands, reuse)
+                 f"max_steps={spec.sft_steps}", f"seed={seed}", "show_progress=false",
+                 *([f"save_steps={max(1, spec.sft_steps // SFT_CHECKPOINTS)}"] if spec.checkpoints else [])),
+        base / "sft.log", commands, reuse, out_dir=sft_dir)
     algo_cmds: dict[str, list[str]] = {algo: [] for algo in algos}
 
     def run_algo(algo: str) -> float:
@@ -443,8 +480,9 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
         cmd = roll_cmd("run", spec.rl_configs[algo], f"pretrain={sft_dir / 'final_model'}", f"output_dir={rl_dir}",
                        f"max_steps={ppo_steps if algo == 'ppo' and ppo_steps else spec.rl_steps}",
                        f"eval_steps={spec.eval_steps}", f"seed={seed}",
-                       "show_progress=false", *spec.overrides, *spec.algo_overrides.get(algo, []))
-        return run_cmd(cmd, base / f"{algo}.log", algo_cmds[algo], reuse)
+                       "show_progress=false", *spec.overrides, *spec.algo_overrides.get(algo, []),
+                       *([f"save_steps={spec.eval_steps}"] if spec.checkpoints else []))  # at each validation round
+        return run_cmd(cmd, base / f"{algo}.log", algo_cmds[algo], reuse, out_dir=rl_dir)
 
     # the RL runs of one env are independent: with --jobs > 1 they run side by side
     with ThreadPoolExecutor(max_workers=len(algos) if _SLOTS else 1) as pool:

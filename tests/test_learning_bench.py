@@ -1,7 +1,9 @@
 """bench/learning.py: argument handling, the --quick sizes, metric parsing, gains, the curve
 PNG and the docs section rewrite (the chain itself runs the CLI: see `python bench/learning.py --quick`)."""
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,35 @@ def test_run_cmd_jobs_limit_and_reuse(bench, tmp_path, monkeypatch):
     again = bench.run_cmd(cmds[0], tmp_path / "s0.log", [], reuse=True)
     assert again == walls[0] and len(trace.read_text()) == 10
     assert bench.parse_args(["--jobs", "3"]).jobs == 3 and bench.parse_args([]).jobs == 1
+
+
+def test_an_interrupted_checkpointing_stage_resumes_and_counts_its_earlier_time(bench, tmp_path):
+    """A stage with save_steps= that was interrupted (its .running.json left behind) reruns under
+    --reuse with resume_from_checkpoint=true, and its wall adds the earlier attempt's time up to
+    its last checkpoint; the resume arguments do not enter the marker's command comparison nor the
+    commands the docs show."""
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    seen = tmp_path / "argv.txt"
+    cmd = [sys.executable, "-c", f"import sys; open({str(seen)!r}, 'w').write(' '.join(sys.argv[1:]))",
+           "run", "x.yaml", "save_steps=5"]
+    log = tmp_path / "stage.log"
+    start = time.time() - 100
+    log.with_suffix(".running.json").write_text(json.dumps({"start": start, "earlier_s": 7.0}))
+    latest = out / "checkpoints" / "latest"
+    latest.write_text("step-5")
+    os.utime(latest, (start + 60, start + 60))  # the interrupted attempt checkpointed 60 s in
+    shown: list[str] = []
+    wall = bench.run_cmd(cmd, log, shown, reuse=True, out_dir=out)
+    assert seen.read_text().endswith("save_steps=5 resume_from_checkpoint=true")
+    assert 67.0 <= wall < 77.0 and not log.with_suffix(".running.json").exists()
+    assert "resume_from_checkpoint" not in shown[0] and "save_steps" not in shown[0]
+    # the marker matches the command as given, with or without the resume arguments
+    assert bench.run_cmd(cmd[:-1], log, [], reuse=True, out_dir=out) == wall
+    # without --reuse an earlier attempt is not resumed
+    log.with_suffix(".running.json").write_text(json.dumps({"start": start, "earlier_s": 0.0}))
+    bench.run_cmd(cmd, log, [], reuse=False, out_dir=out)
+    assert seen.read_text().endswith("save_steps=5")
 
 
 def test_merge_earlier_keeps_envs_not_run_now(bench, tmp_path):
