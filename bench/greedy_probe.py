@@ -1,0 +1,88 @@
+"""Why does a greedy grid policy fail? A probe of the learning chains' SFT and RL models.
+
+Plays held-out episodes of one env tag of a learning config (observation-only step-mode prompts,
+as configs/agentic/learning/*_rl_base.yaml render them) greedily with a saved model, and sorts
+each failed episode by how it ended: ``stuck`` (its last three moves changed nothing: a policy
+without history that sees the same room answers the same), ``some_noops`` (moves that changed
+nothing, but not at the end) or ``all_effective`` (every move changed the room). Also prints the
+share of all moves that changed nothing.
+
+    python bench/greedy_probe.py output/learning/bench/full/sokoban/sft/final_model
+    python bench/greedy_probe.py MODEL --config configs/agentic/learning/multi_env_grpo.yaml --tag LargerSokoban
+
+Prints only (the finding is written up in docs/benchmarks.md, Learning). Ends with
+``RESULT success=... stuck=... noop_share=...`` (shares of the episodes and of the moves).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="a model directory (a run's final_model) or a roll-tiny:// name")
+    p.add_argument("--config", default="configs/agentic/learning/sokoban_grpo.yaml")
+    p.add_argument("--tag", default="SimpleSokoban")
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--seed", type=int, default=42, help="the run's seed: episodes use the validation seeds seed+100000+i")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import gymnasium as gym
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import envs  # noqa: F401  (registers the roll/ envs)
+    from roll.config.loader import load_raw
+    from roll.workers.base import resolve_model
+
+    spec = load_raw(args.config)["custom_envs"][args.tag]
+    if spec.get("include_instruction", True) or spec.get("system_prompt") or spec.get("turn_template") != "{observation}":
+        p.error(f"{args.tag}: the probe renders observation-only prompts (include_instruction false, no system "
+                f"prompt, turn_template '{{observation}}'), as the learning configs do")
+    turns = int(spec.get("max_turns", 8))
+    path = resolve_model(args.model) if args.model.startswith("roll-tiny://") else args.model
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    n = args.episodes
+    envs_ = [gym.make(spec["env_id"], **spec.get("env_kwargs", {})) for _ in range(n)]
+    obs = [e.reset(seed=args.seed + 100000 + i)[0] for i, e in enumerate(envs_)]
+    done, success = [False] * n, [False] * n
+    same: list[list[bool]] = [[] for _ in range(n)]
+    for _ in range(turns):
+        live = [i for i in range(n) if not done[i]]
+        if not live:
+            break
+        prompts = [tok.apply_chat_template([{"role": "user", "content": obs[i]}], tokenize=False,
+                                           add_generation_prompt=True) for i in live]
+        enc = tok(prompts, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+        for i, text in zip(live, tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)):
+            nxt, _, term, trunc, info = envs_[i].step(text)
+            same[i].append(nxt == obs[i])
+            obs[i] = nxt
+            if term or trunc:
+                done[i], success[i] = True, bool(info.get("success", False))
+    kinds = Counter()
+    for i in range(n):
+        tail = same[i][-3:]
+        kinds["success" if success[i] else "stuck" if len(tail) == 3 and all(tail)
+              else "some_noops" if any(same[i]) else "all_effective"] += 1
+    moves = sum(len(s) for s in same)
+    noop = sum(sum(s) for s in same) / max(1, moves)
+    print(f"{args.model} on {args.tag} ({n} held-out episodes, greedy): " +
+          ", ".join(f"{k} {kinds[k]}" for k in ("success", "stuck", "some_noops", "all_effective")) +
+          f"; {noop:.1%} of {moves} moves changed nothing")
+    print(f"RESULT success={kinds['success'] / n:.3f} stuck={kinds['stuck'] / n:.3f} noop_share={noop:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
