@@ -240,8 +240,11 @@ training success held at 25-59% and held-out success was 17.2 / 6.2 at step 15 a
 step 30: no collapse, and no gain in 30 steps. The chain now trains with format penalty -0.1, the
 trust region and lr 2e-4 for 60 steps (not yet run end to end). The SFT stage's trainer runs on two
 CPUs (webshop_sft.yaml `num_cpus_per_worker: 2`): Ray sets a worker's torch threads to its CPUs,
-and with one thread a step took 3.5-3.8 s, with two 2.1-2.6 s (1500 steps: about an hour on this
-machine, alone)."""
+and with one thread a step took 3.5-3.8 s, with two 2.1-2.6 s. A step's time was mostly attention
+under the batch's mask and the LM head over prompt columns; with micro-batches of similar lengths cut
+to their longest row, run without a mask, and the head on the answer columns only (see Train step), it
+takes 1.6 s alone (1500 steps: about 40 minutes on this machine, so the WebShop chain does not fit in
+45 minutes here: SFT alone takes most of it)."""
 
 
 @dataclass
