@@ -207,6 +207,16 @@ def plan_packing(lengths: Sequence[int], max_tokens: int, oversize: Literal["err
     return sorted((sorted(b) for b in bins), key=lambda b: b[0])
 
 
+def scored_logprobs(logits: torch.Tensor, targets: torch.Tensor, entropy: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Logprob of each ``targets`` [N] token under ``logits`` [N, V], and the entropy of each
+    distribution when asked (else None)."""
+    lp = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    if not entropy:
+        return lp, None
+    logp = logits.log_softmax(-1)
+    return lp, -(logp.exp() * logp).sum(-1)
+
+
 def packed_forward(
     model: Any,
     input_ids: torch.Tensor,
@@ -255,11 +265,9 @@ def packed_forward(
     if temperature is not None:
         row_of_token = torch.repeat_interleave(torch.arange(b), lengths).to(device)
         logits = logits / temperature.to(device=device, dtype=logits.dtype)[row_of_token[targets]][:, None]
-    lp = logits.gather(-1, ids[0, targets][:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    lp, ent = scored_logprobs(logits, ids[0, targets], entropy)
     dest = where[targets]
     extra: dict[str, torch.Tensor] = {}
-    if entropy:
-        logp = logits.log_softmax(-1)
-        ent = -(logp.exp() * logp).sum(-1)
+    if ent is not None:
         extra["entropy"] = ent.new_zeros(b * t).index_copy(0, dest, ent).view(b, t)
     return lp.new_zeros(b * t).index_copy(0, dest, lp).view(b, t), extra

@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.data.batch import Batch
-from roll.data.packing import packed_forward, plan_packing
+from roll.data.packing import packed_forward, plan_packing, scored_logprobs
 from roll.models.forward import accepts_logits_to_keep, output_head, right_padded_width
 from roll.utils.logging import get_logger
 
@@ -149,15 +149,12 @@ def _scored_forward(model: Any, head: torch.nn.Module, inputs: dict[str, Any], r
     logits = (out.logits[0] if gathered else out.logits[rows, cols]).float()
     if temp is not None:
         logits = logits / temp.to(logits.device)[rows][:, None]
-    lp = logits.gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    lp, ent = scored_logprobs(logits, ids[rows, cols + 1], entropy)
     out_lp = lp.new_zeros(b, t)
     out_lp[rows, cols + 1] = lp
     extra: dict[str, torch.Tensor] = {}
-    if entropy:
-        logp = logits.log_softmax(-1)
-        ent = lp.new_zeros(b, t)
-        ent[rows, cols + 1] = -(logp.exp() * logp).sum(-1)
-        extra["entropy"] = ent
+    if ent is not None:
+        extra["entropy"] = lp.new_zeros(b, t).index_put((rows, cols + 1), ent)
     return out_lp, extra
 
 
