@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import string
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,16 @@ class Catalog:
         return cls(products, splits, source=str(path))
 
 
-@lru_cache(maxsize=8)
+_LOAD_LOCK = threading.Lock()
+
+
 def load_catalog(path: str | None = None) -> Catalog:
-    """The catalog in ``path`` (default: the shipped one), loaded once per process."""
+    """The catalog in ``path`` (default: the shipped one), loaded once per process, also when
+    envs are built on many threads at once (each would otherwise load its own copy)."""
+    with _LOAD_LOCK:
+        return _load_catalog(path)
+
+
+@lru_cache(maxsize=8)
+def _load_catalog(path: str | None) -> Catalog:
     return Catalog.from_dir(Path(path) if path else DATA_DIR)

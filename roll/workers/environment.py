@@ -86,6 +86,8 @@ class EnvironmentWorker:
         self._active: dict[str, EnvManager] = {}
         self._tasks: dict[str, asyncio.Task] = {}
         self._failed_starts: dict[str, Trajectory] = {}
+        # set once a tag's first env construction has returned (see _make_env)
+        self._first_built: dict[str, asyncio.Event] = {}
         self.counters: Counter = Counter()
 
     # built on first use, inside the event loop that runs the episodes
@@ -169,7 +171,7 @@ class EnvironmentWorker:
             cfg = self.env_configs[tag]
             runner = ThreadRunner(f"{self.name}-{tag}-env")
             try:
-                env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+                env = await self._make_env(tag, runner)
             except Exception as e:  # the episode that needs it will report the failure
                 runner.close()
                 logger.warning("pre-creating env %s failed: %s", cfg.env_id, e)
@@ -210,6 +212,24 @@ class EnvironmentWorker:
             envs.clear()
 
     # ---- env pool ---------------------------------------------------------------------
+    async def _make_env(self, tag: str, runner: ThreadRunner) -> Any:
+        """A new env of ``tag``, built on ``runner``'s thread within the tag's timeout.
+
+        A tag's first construction runs alone; constructions asked for meanwhile wait for it
+        (without their timeout running) and then go on side by side. Envs commonly load shared
+        data once per process behind a cache (a catalog, a dataset, an index): dozens of first
+        constructions at once would each load it, under one GIL, and time out together."""
+        cfg = self.env_configs[tag]
+        first = self._first_built.get(tag)
+        if first is None:
+            first = self._first_built[tag] = asyncio.Event()
+            try:
+                return await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+            finally:
+                first.set()  # failed or not: the others try for themselves
+        await first.wait()
+        return await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+
     async def _create(self, spec: EpisodeSpec) -> EnvManager | Trajectory:
         """An EnvManager on a pooled or new env, or the failed trajectory of an env that could
         not be created: a constructor error or unknown id is permanent (it will recur), a
@@ -223,7 +243,7 @@ class EnvironmentWorker:
         else:
             runner = ThreadRunner(f"{self.name}-{spec.tag}-env")
             try:
-                env = await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+                env = await self._make_env(spec.tag, runner)
             except Exception as e:  # counted as an env failure of this episode
                 runner.close()
                 self.counters["env_create_failures"] += 1

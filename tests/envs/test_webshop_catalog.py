@@ -114,3 +114,30 @@ def test_setup_ships_the_catalog_json():
     for name in (generate.PRODUCTS_FILE, generate.GOALS_FILE):
         rel = f"webshop/data/{name}"
         assert any(fnmatch.fnmatch(rel, g) for g in globs), (rel, globs)
+
+
+def test_envs_built_on_many_threads_at_once_share_one_catalog(tmp_path, monkeypatch):
+    """An env worker builds its envs on one thread each: a catalog asked for by 8 threads at once
+    is loaded once (each thread loading its own copy made 128 WebShop envs time out together)."""
+    import threading
+    import time
+
+    from roll.envs.webshop import catalog as catalog_module
+
+    for name in ("products.json", "goals.json"):
+        (tmp_path / name).write_text((DATA / name).read_text("utf-8"), "utf-8")
+    loads, real = [], Catalog.from_dir.__func__
+
+    def slow_from_dir(cls, path):
+        loads.append(path)
+        time.sleep(0.2)  # long enough for every thread to arrive while the first loads
+        return real(cls, path)
+
+    monkeypatch.setattr(Catalog, "from_dir", classmethod(slow_from_dir))
+    got: list[Catalog] = []
+    threads = [threading.Thread(target=lambda: got.append(catalog_module.load_catalog(str(tmp_path)))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and len(got) == 8 and all(c is got[0] for c in got)

@@ -193,3 +193,47 @@ def test_history_rewriting_template_keeps_what_the_model_saw(tok):
     for span, req in zip(model_spans(traj), client.requests):
         assert [traj.input_ids[i] for i in span] == client.output_ids(req)
         assert req.prompt_ids == traj.input_ids[: span[0]]
+
+
+class _SharedDataEnv(gymnasium.Env):
+    """Loads class-wide data on its first construction, without a lock, as many envs do (a cached
+    catalog, dataset or index): constructions at once would each load it."""
+
+    loads = 0
+    data = None
+
+    def __init__(self):
+        import time
+
+        if type(self).data is None:
+            type(self).loads += 1
+            time.sleep(0.2)
+            type(self).data = "catalog"
+
+    def reset(self, seed=None, options=None):
+        return "obs", {"instruction": "go"}
+
+    def step(self, action):
+        return "obs", 1.0, True, False, {}
+
+
+@pytest.mark.parametrize("path", ["episodes", "prepare"])
+def test_a_tags_first_env_is_built_alone(tok, path):
+    env_id = f"rolltest/SharedData-{path}-v0"
+    cls = type(f"SharedData_{path}", (_SharedDataEnv,), {})
+    gymnasium.register(id=env_id, entry_point=cls, disable_env_checker=True)
+    envs = {"t": EnvConfig(env_id=env_id, max_turns=1)}
+    worker = EnvironmentWorker(envs, EnvManagerConfig(group_size=1), GeneratingArgs(max_new_tokens=8), tok, [ScriptedClient(tok)])
+
+    async def main():
+        if path == "prepare":
+            return await worker.prepare({"t": 8})
+        specs = [EpisodeSpec(f"ep{i}", "t", f"t/{i}", i) for i in range(8)]
+        return await asyncio.gather(*(worker.run_episode(s) for s in specs))
+
+    out = asyncio.run(main())
+    assert cls.loads == 1 and worker.counters["envs_created"] == 8
+    if path == "prepare":
+        assert out == 8
+    else:
+        assert [t.failure for [t] in out] == [None] * 8
