@@ -83,6 +83,9 @@ def judge(env: Any, state: dict[str, Any], answer: str) -> dict[str, float]:
         out["opens_target"] = float(opened and u.state.asin == goal["asin"])
         first = (before.result_page - 1) * u.results_per_page
         out["opens_top_hit"] = float(opened and before.results and u.state.asin == before.results[first])
+        # the valid answers that open nothing: another results page, or back to the search page
+        out["pages_on"] = float(info["action_is_valid"] and u.state.page == "results" and u.state.result_page != before.result_page)
+        out["back_to_search"] = float(info["action_is_valid"] and u.state.page == "search")
     elif page == "item":
         expert = state["expert"]
         out["as_expert"] = float(info["action_is_valid"] and answer_action(answer) == expert.lower())
