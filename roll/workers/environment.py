@@ -220,15 +220,16 @@ class EnvironmentWorker:
         data once per process behind a cache (a catalog, a dataset, an index): dozens of first
         constructions at once would each load it, under one GIL, and time out together."""
         cfg = self.env_configs[tag]
-        first = self._first_built.get(tag)
-        if first is None:
-            first = self._first_built[tag] = asyncio.Event()
-            try:
-                return await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
-            finally:
-                first.set()  # failed or not: the others try for themselves
-        await first.wait()
-        return await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+        first = tag not in self._first_built
+        if first:
+            self._first_built[tag] = asyncio.Event()
+        else:
+            await self._first_built[tag].wait()
+        try:
+            return await runner.call(make_env, cfg.env_id, dict(cfg.env_kwargs), timeout=max(cfg.step_timeout_s, 60.0))
+        finally:
+            if first:
+                self._first_built[tag].set()  # failed or not: the others try for themselves
 
     async def _create(self, spec: EpisodeSpec) -> EnvManager | Trajectory:
         """An EnvManager on a pooled or new env, or the failed trajectory of an env that could
