@@ -165,7 +165,7 @@ TAG_PANELS: list[tuple[str, str, list[str]]] = [
 ]
 """Per-env-tag panels: (id, title, key patterns with ``tag`` and an optional val split)."""
 GLOBAL_PANELS: list[tuple[str, str, list[str]]] = [
-    ("kl", "KL", [r"^actor/ppo_kl$", r"^actor/ref_kl$", r"^actor/kl_loss$"]),
+    ("kl", "KL", [r"^actor/ppo_kl$", r"^actor/ppo_kl_max$", r"^actor/ref_kl$", r"^actor/kl_loss$"]),
     ("entropy", "Entropy", [r"^actor/entropy$"]),
     ("loss", "Loss", [r"^actor/loss$", r"^critic/loss$", r"^sft/nll$", r"^val/sft_nll$"]),
     ("step_time", "Seconds per step", [r"^timing/step$"]),

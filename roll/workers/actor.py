@@ -9,7 +9,9 @@ plus ``setup()``, see roll/strategies/hf_train.py and torch_train.py). Call it t
   mini-batch; ``train(batch, loss_fn, epochs)`` (``dp``): every mini-batch of
   ``per_device_train_batch_size x gradient_accumulation_steps`` rows of this rank's share, for
   ``epochs`` passes, stopping early past ``early_stop_kl``. Metrics: the strategy's ``loss``, ``grad_norm``, ``lr``, ``nonfinite_grad_steps``
-  under ``actor/``; the loss_fn's own (already namespaced) metrics as they are;
+  under ``actor/``; the loss_fn's own (already namespaced) metrics as they are, averaged over
+  the optimizer steps; with a loss that reports ``ppo_kl``, also ``ppo_kl_first`` (the first
+  mini-batch's, before any update: the trainer/engine log-prob gap) and ``ppo_kl_max``;
 - ``save(dir)`` / ``load(dir)`` (``all``), ``offload`` / ``reload``;
 - ``weight_sync_*``: the trainer side of roll/distributed/model_update.py.
 """
@@ -63,12 +65,16 @@ class ActorWorker(Worker):
         sums: dict[str, float] = {}
         steps = 0
         stopped_kl = None
+        kls: list[float] = []
+        kl_key = f"{self.metric_prefix}/ppo_kl"
         for _ in range(epochs):
             for part in batch.split(mini):
                 metrics = self.train_step(part, loss_fn)
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
+                if kl_key in metrics:
+                    kls.append(float(metrics[kl_key]))
                 if early_stop_kl is not None:
                     kl = self._mean_over_ranks(metrics.get(f"{self.metric_prefix}/ppo_kl"))
                     if kl > early_stop_kl:
@@ -78,6 +84,12 @@ class ActorWorker(Worker):
                 break
         out = {k: v / max(steps, 1) for k, v in sums.items()}
         out[f"{self.metric_prefix}/optimizer_steps"] = float(steps)
+        if kls:
+            # the first mini-batch runs before any update of this batch: its KL is the gap between the
+            # trainer's log-probs and the old ones (the engine's without recompute_old_logprobs); the
+            # largest shows one batch moving the policy far where the mean over mini-batches hides it
+            out[f"{kl_key}_first"] = kls[0]
+            out[f"{kl_key}_max"] = max(kls)
         if early_stop_kl is not None:
             out[f"{self.metric_prefix}/early_stopped"] = float(stopped_kl is not None)
             if stopped_kl is not None:

@@ -250,12 +250,23 @@ def test_actor_train_stops_past_early_stop_kl(tiny_model_dir):
 
     free = run(None)
     assert free["actor/optimizer_steps"] == 12 and "actor/early_stopped" not in free
+    # the first mini-batch is scored before any update; later ones after the policy moved
+    assert abs(free["actor/ppo_kl_first"]) < 1e-5 and free["actor/ppo_kl_max"] > 1e-3
+    assert free["actor/ppo_kl_max"] >= free["actor/ppo_kl"]
     loose = run(1e9)
     assert loose["actor/optimizer_steps"] == 12 and loose["actor/early_stopped"] == 0.0
     tight = run(0.05)
     # the first mini-batch is on-policy (KL 0), so at least 2 steps run before the stop
     assert 2 <= tight["actor/optimizer_steps"] < 12 and tight["actor/early_stopped"] == 1.0
     assert tight["actor/early_stop_ppo_kl"] > 0.05
+    # old log-probs that do not match the trainer's (an engine that scores differently) show in the first
+    torch.manual_seed(0)
+    worker = ActorWorker("actor_train", 0, 1, WorkerConfig(model_name_or_path=tiny_model_dir,
+                         training_args=TrainingArgs(lr=1e-2, per_device_train_batch_size=2)))
+    worker.strategy = make(tiny_model_dir, lr=1e-2, per_device_train_batch_size=2)
+    b = batch(rows=8, seed=3)
+    b["old_logprobs"] = worker.strategy.logprobs(b) + 0.3
+    assert worker.train(b, ACTOR_LOSS)["actor/ppo_kl_first"] == pytest.approx(0.3, abs=1e-4)
     with pytest.raises(ValueError, match="early_stop_kl must be > 0"):
         make_actor_loss_fn(AlgorithmConfig(policy_loss="pg", early_stop_kl=0.0))
 
