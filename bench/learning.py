@@ -180,7 +180,35 @@ An earlier FrozenLake run of this recipe (demonstration seed 1, SFT from a plain
 gained 40.6 points greedy and sampled in 300 steps. With the ~180-token env
 instruction in every prompt (5 times the tokens) and episode-level credit only (`step_weight:
 0`), RL gained little in 100 steps and drifted into the absorbing all-fail state; Adam at 1e-3
-broke the answer format within 2 steps, and 5e-4 on Sokoban was no better than 2e-4 after 25."""
+broke the answer format within 2 steps, and 5e-4 on Sokoban was no better than 2e-4 after 25.
+
+Where the Sokoban start comes from, and what breaks a run at a higher LR (seed 42, one run at a
+time, 9-14 s per step; greedy / sampled in %): the number of demonstrations, not the SFT length,
+limits the SFT start. 450 steps on 2000 clean episodes (7452 turns) instead of 1000 solve 43% of
+200 held-out rooms greedily (`python bench/greedy_probe.py`; 43 / 45 on the 256 validation rooms)
+where 1000 episodes give 10.5%; 600 steps 45.5%, 900 steps 38%. From that start GRPO as configured
+stayed put (42 / 48 at step 50, training success 30-45% over 68 steps; stopped). 300 steps on the
+2000 episodes give a weak start that reads the grid better (3 / 19): GRPO as configured reached
+15 / 25 at step 50 (stopped at step 66; the table's chain: 18 / 27 from 9 / 24). At lr 5e-4 from
+it two runs broke the answer format in one rollout batch, at step 50 and at step 13: `actor/ppo_kl`
+0.98 and 1.11 where the steps before had 0.002-0.008, then every answer invalid for 25 steps (the
+first run was valid again by step 90, 18 / 23 at step 100). `actor/ppo_kl_first` (the first
+mini-batch's KL, before any update: the gap between the inference engine's log-probs and the
+trainer's) was 0.000 on every step, so the rollout's log-probs were right; `actor/ppo_kl_max` was 2.4 on
+the breaking batch (0.01-0.06 before it). The two batches before it had sampled a new malformed
+answer, `<answer><answer>Down</answer>` (0% -> 19% -> 34% of the answers, episode advantage -0.2
+to -0.5 on average), and after it no answer closed its tag (`<answer>UpDownLeftUp...`). A likely
+mechanism (not measured): the tiny model ties its input embeddings to its LM head, so pushing `<answer>` down as the second token also
+moves the embedding every answer starts from, and Adam scales a first large gradient on a rarely
+updated row to a full-size step (with beta2 0.999 its second moment remembers hundreds of quiet
+steps). A trust region (`early_stop_kl: 0.1`, which no earlier batch reached) did not stop it:
+single mini-batch updates still moved the policy by a KL of 0.6-1.3, invalid answers stayed at
+10-50% from step 25 to 50 and the run was at 4 / 14 at step 50. AdamW betas (0.9, 0.95) instead
+(`actor_train.training_args.adam_betas`; the second moment follows the last ~20 steps) kept the
+same run stable: `ppo_kl_max` at most 0.07 and invalid answers at most 4% over the first 60 steps,
+20 / 25 at step 50 (+17 greedy, +6 sampled; lr 3e-4 with beta2 0.999: +12 / +6).
+The learning configs now give the trainer and the inference worker two CPUs each (in sync mode
+their phases never overlap): 14.0 -> 11.3 s per simple-Sokoban step alone; the table's runs had one."""
 
 
 MULTI_NOTES = """Why the different-symbol Sokoban cannot gain much with this model (`python bench/symbols_probe.py`):
