@@ -76,7 +76,7 @@ class ActorWorker(Worker):
                 if kl_key in metrics:
                     kls.append(float(metrics[kl_key]))
                 if early_stop_kl is not None:
-                    kl = self._mean_over_ranks(metrics.get(f"{self.metric_prefix}/ppo_kl"))
+                    kl = self._mean_over_ranks(metrics.get(kl_key))
                     if kl > early_stop_kl:
                         stopped_kl = kl
                         break

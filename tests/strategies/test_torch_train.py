@@ -237,7 +237,7 @@ def test_actor_train_stops_past_early_stop_kl(tiny_model_dir):
     the KL to the rollout policy (old_logprobs = the start model's) passes early_stop_kl."""
     from roll.workers.actor import ActorWorker
 
-    def run(early_stop_kl):
+    def run(early_stop_kl, shift=0.0):
         torch.manual_seed(0)
         cfg = WorkerConfig(model_name_or_path=tiny_model_dir, strategy_args=StrategyArgs("torch_train", {"parallel": "ddp"}),
                            training_args=TrainingArgs(lr=1e-2, per_device_train_batch_size=2))
@@ -245,7 +245,7 @@ def test_actor_train_stops_past_early_stop_kl(tiny_model_dir):
         worker.strategy = make(tiny_model_dir, lr=1e-2, per_device_train_batch_size=2)
         b = batch(rows=8, seed=3)
         b["advantages"] = torch.ones_like(b["advantages"])
-        b["old_logprobs"] = worker.strategy.logprobs(b)
+        b["old_logprobs"] = worker.strategy.logprobs(b) + shift
         return worker.train(b, ACTOR_LOSS, epochs=3, early_stop_kl=early_stop_kl)
 
     free = run(None)
@@ -260,13 +260,7 @@ def test_actor_train_stops_past_early_stop_kl(tiny_model_dir):
     assert 2 <= tight["actor/optimizer_steps"] < 12 and tight["actor/early_stopped"] == 1.0
     assert tight["actor/early_stop_ppo_kl"] > 0.05
     # old log-probs that do not match the trainer's (an engine that scores differently) show in the first
-    torch.manual_seed(0)
-    worker = ActorWorker("actor_train", 0, 1, WorkerConfig(model_name_or_path=tiny_model_dir,
-                         training_args=TrainingArgs(lr=1e-2, per_device_train_batch_size=2)))
-    worker.strategy = make(tiny_model_dir, lr=1e-2, per_device_train_batch_size=2)
-    b = batch(rows=8, seed=3)
-    b["old_logprobs"] = worker.strategy.logprobs(b) + 0.3
-    assert worker.train(b, ACTOR_LOSS)["actor/ppo_kl_first"] == pytest.approx(0.3, abs=1e-4)
+    assert run(None, shift=0.3)["actor/ppo_kl_first"] == pytest.approx(0.3, abs=1e-4)
     with pytest.raises(ValueError, match="early_stop_kl must be > 0"):
         make_actor_loss_fn(AlgorithmConfig(policy_loss="pg", early_stop_kl=0.0))
 
