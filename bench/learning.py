@@ -344,7 +344,9 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         "sokoban": EnvSpec(
             name="sokoban", tag="SimpleSokoban", sft_config=f"{CFG}/sokoban_sft.yaml",
             rl_configs={"grpo": f"{CFG}/sokoban_grpo.yaml", "ppo": f"{CFG}/sokoban_ppo.yaml"},
-            epsilon=0.0, episodes=1000, sft_steps=450, rl_steps=300, eval_steps=50),
+            # 2000 clean episodes: the demonstrations, not the SFT length, limit the start (NOTES);
+            # 300 steps on them leave a start that reads the room but seldom solves it greedily
+            epsilon=0.0, episodes=2000, sft_steps=300, rl_steps=300, eval_steps=50),
     }
     specs["multi"] = EnvSpec(
         name="multi", tag="FrozenLake", sft_config=f"{CFG}/sokoban_sft.yaml",
