@@ -151,7 +151,7 @@ s, half of it beside another run); at 4e-4 the answer format broke by step 100 (
 expert's demonstrations, and so the SFT start, changed; seed 42, beside 2-3 other runs): the SFT
 start is 10.9 / 23.4 (was 19.5 / 27.7) and the recipe above ends at 15.6 / 28.1 (+4.7); with
 `balance_episodes: true` (as in the multi-env run) 23.8 / 30.1 (+12.9 greedy, +6.6 sampled). The
-earlier demonstrations cannot be drawn again, so the table shows the current chain, whose start is weaker
+earlier demonstrations cannot be drawn again, so the table showed the rerun chain, whose start is weaker
 (its Sokoban PPO row, from the earlier start, is gone with it: +4.3, 19.5 / 27.7 -> 23.8 / 34.8). How the
 greedy policy fails (`python bench/greedy_probe.py <SFT model>`, 200 held-out rooms): the SFT start of the rerun
 solves 10.5% and ends 67.5% of its episodes repeating a move that changes nothing (63.8% of its moves change
@@ -159,11 +159,11 @@ nothing): without history, the same room gets the same answer. sokoban_grpo.yaml
 (`blocked_move_penalty: -0.5`, still cheaper than unparseable text at -1): in its first run (stopped at step 106,
 beside two other jobs at 25-35 s per step) greedy went 9.4 -> 17.6 -> 15.6 at steps 0, 50 and 100 and sampled
 23.8 -> 25.8 -> 28.1; the share of training moves that changed the room rose from 58% to about 70% within 20
-steps and stayed there. The whole chain rerun with it (the table) went 9 / 24, 18 / 27, 19 / 26, 23 / 29,
+steps and stayed there. The whole chain rerun with it (the table's row until the chain below) went 9 / 24, 18 / 27, 19 / 26, 23 / 29,
 26 / 30, 27 / 35, 26 / 35 at steps 0 to 300: +16.4 greedy (the earlier start's +16.0, from half as high) and
 +11.3 sampled (RL wall 6143 s, beside one or two other runs throughout: 12-30 s per step, where alone a step
 took a median 4.4 s in the earlier run). Why the greedy
-target is not reached: the grid
+target was not reached then: the grid
 must be read relationally (box, target and player two-dimensionally, a row apart being 7 tokens
 apart in the text) and even SFT on clean demonstrations reaches only about 50% expert agreement
 after 450 steps; the SFT policy is flat (its most likely action has about 0.35 probability), so
@@ -189,7 +189,7 @@ limits the SFT start. 450 steps on 2000 clean episodes (7452 turns) instead of 1
 where 1000 episodes give 10.5%; 600 steps 45.5%, 900 steps 38%. From that start GRPO as configured
 stayed put (42 / 48 at step 50, training success 30-45% over 68 steps; stopped). 300 steps on the
 2000 episodes give a weak start that reads the grid better (3 / 19): GRPO as configured reached
-15 / 25 at step 50 (stopped at step 66; the table's chain: 18 / 27 from 9 / 24). At lr 5e-4 from
+15 / 25 at step 50 (stopped at step 66; the previous chain: 18 / 27 from 9 / 24). At lr 5e-4 from
 it two runs broke the answer format in one rollout batch, at step 50 and at step 13: `actor/ppo_kl`
 0.98 and 1.11 where the steps before had 0.002-0.008, then every answer invalid for 25 steps (the
 first run was valid again by step 90, 18 / 23 at step 100). `actor/ppo_kl_first` (the first
@@ -207,9 +207,21 @@ single mini-batch updates still moved the policy by a KL of 0.6-1.3, invalid ans
 (`actor_train.training_args.adam_betas`; the second moment follows the last ~20 steps) kept the
 same run stable over the 150 steps it ran (stopped there): `ppo_kl_max` at most 0.07, invalid answers
 at most 8%; 20 / 25, 18 / 27, 24 / 32 at steps 50, 100, 150 (+21 greedy, +13 sampled; at step 50 lr
-3e-4 with beta2 0.999 from the same start: +12 / +6; the table's chain at step 150: +14 / +5).
+3e-4 with beta2 0.999 from the same start: +12 / +6; the previous chain at step 150: +14 / +5).
 The learning configs now give the trainer and the inference worker two CPUs each (in sync mode
-their phases never overlap): 14.0 -> 11.3 s per simple-Sokoban step alone; the table's runs had one."""
+their phases never overlap): 14.0 -> 11.3 s per simple-Sokoban step alone; the FrozenLake rows'
+runs had one.
+
+The chain now has both (2000 episodes and 300 SFT steps in this file; lr 5e-4 with beta2 0.95 in
+sokoban_grpo.yaml), run alone on the machine with two CPUs per worker (the table's row): 3 / 19,
+15 / 24, 25 / 30, 27 / 28, 30 / 32, 30 / 33, 32 / 34 at steps 0 to 300, +29.7 greedy and +14.8
+sampled, `ppo_kl_max` at most 0.12 (step 65) and invalid training answers at most 5.5%. The chain
+took 50 minutes (demos 5 s, SFT 180 s, RL 2810 s: a median 8.2 s per step and 30-45 s per
+validation round of 512 episodes). Greedy clears +20; sampled does not. The SFT start is flat:
+greedy it repeats a move that changes nothing to the turn limit in 91% of its episodes (3%
+success, `python bench/greedy_probe.py`; the same on 256 training rooms: 5%), sampling escapes
+that (19%), so the sampled gain needs the policy to solve more rooms, not only to commit to its
+best move: it rose 11 points in the first 100 steps and 4 in the last 200, as the LR decayed."""
 
 
 MULTI_NOTES = """Why the different-symbol Sokoban cannot gain much with this model (`python bench/symbols_probe.py`):
