@@ -579,6 +579,15 @@ def run_env(spec: EnvSpec, algos: list[str], out_root: Path, seed: int, commands
 
 
 # ------------------------------------------------------------------------------ report
+def chain_minutes(r: dict[str, Any], algo: str) -> str:
+    """One chain's wall time (demonstrations + SFT + the ``algo`` RL run) in minutes, or ``-``
+    where the record lacks a stage's time (records written before stages were timed)."""
+    walls = r["wall_s"]
+    if not all(k in walls for k in ("demos", "sft", algo)):
+        return "-"
+    return f"{(walls['demos'] + walls['sft'] + walls[algo]) / 60:.0f}"
+
+
 def section_text(results: dict[str, dict[str, Any]], commands: list[str], result_line: str, curves_dir: str,
                  invocation: str = "python bench/learning.py") -> str:
     lines = [SECTION, "",
@@ -590,11 +599,12 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
              "(the SFT model) and every `eval_steps`, greedy (do_sample false) and sampled (temperature",
              "1.0, the training temperature). Configs: `configs/agentic/learning/`. Gain = end - start",
              "in points; the RESULT gain is the smaller of the greedy and sampled gain of GRPO. RL wall =",
-             "the whole `roll run` (Ray start-up and validation rounds included). PPO: GAE with a critic",
+             "the whole `roll run` (Ray start-up and validation rounds included); chain = demonstrations + SFT +",
+             "that RL run, in minutes (the issue's budget is 45; `-`: a record without its stage times). PPO: GAE with a critic",
              "from the SFT model; the step-mode samples of an episode are chained, so returns cross turns.", "",
              NOTES, "", *([] if "webshop" in results else [WEBSHOP_PENDING]), WEBSHOP_NOTES, "",
-             "| env | algo | eps | greedy start | greedy end | sampled start | sampled end | gain (pp) | RL wall (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| env | algo | eps | greedy start | greedy end | sampled start | sampled end | gain (pp) | RL wall (s) | chain (min) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         if name == "multi":
             continue
@@ -603,12 +613,12 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
                                            if t != r.get("tag"))]:
                 lines.append(f"| {label} | {algo} | {r['epsilon']} | {gt['greedy_start']:.1f} | {gt['greedy_end']:.1f} | "
                              f"{gt['sampled_start']:.1f} | {gt['sampled_end']:.1f} | {gt['gain']:+.1f} | "
-                             f"{r['wall_s'][algo]:.0f} |")
+                             f"{r['wall_s'][algo]:.0f} | {chain_minutes(r, algo)} |")
     if "multi" in results:
         r = results["multi"]
         lines += ["", "Generalisation (`multi_env_grpo.yaml`: GRPO on simple Sokoban + FrozenLake from one SFT "
                   "start on both envs' demonstrations; validation on held-out seeds, the Sokoban variants never "
-                  f"trained on; RL wall {r['wall_s']['grpo']:.0f} s):", "",
+                  f"trained on; RL wall {r['wall_s']['grpo']:.0f} s, chain {chain_minutes(r, 'grpo')} min):", "",
                   "| validation env | greedy start | greedy peak (step) | greedy end | sampled start | "
                   "sampled peak (step) | sampled end | gain (pp) |",
                   "|---|---|---|---|---|---|---|---|"]

@@ -89,7 +89,10 @@ def test_section_text_has_table_commands_and_result(bench):
                               "algos": {"grpo": {**bench.gains(c), "curves": c}}}}
     text = bench.section_text(results, ["roll run x.yaml seed=42"], "RESULT frozenlake_gain_pp=30.0", "docs/learning_curves")
     assert text.startswith("## Learning\n")
-    assert "| frozenlake | grpo | 0.75 | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 | 600 |" in text
+    assert "| frozenlake | grpo | 0.75 | 10.0 | 60.0 | 25.0 | 55.0 | +30.0 | 600 | - |" in text  # no stage times
+    results["frozenlake"]["wall_s"].update(demos=30.0, sft=270.0)
+    timed = bench.section_text(results, [], "RESULT", "docs/learning_curves")
+    assert "| +30.0 | 600 | 15 |" in timed  # the chain: (30 + 270 + 600) s
     assert "roll run x.yaml seed=42" in text and "RESULT frozenlake_gain_pp=30.0" in text
     assert "- frozenlake grpo: 0: 10 / 25, 4: 60 / 55" in text
 
@@ -99,14 +102,14 @@ def test_section_text_multi_env_table(bench):
     for tag in ("FrozenLake", "LargerSokoban"):
         c = bench.curves(_rows(tag), tag)
         per_tag[tag] = {**bench.gains(c), "curves": c}
-    multi = {"epsilon": 0.5, "wall_s": {"grpo": 900.0},
+    multi = {"epsilon": 0.5, "wall_s": {"demos": 10.0, "sft": 290.0, "grpo": 900.0},
              "algos": {"grpo": {**per_tag["FrozenLake"], "per_tag": per_tag}}}
     text = bench.section_text({"multi": multi}, [], "RESULT", "docs/learning_curves")
     # the generalisation table has one row per validation env, and no row in the main table
     # start, peak (step) and end per decoding mode
     assert "| LargerSokoban | 10.0 | 60.0 (4) | 60.0 | 25.0 | 55.0 (4) | 55.0 | +30.0 |" in text
     assert "| multi | grpo |" not in text
-    assert "RL wall 900 s" in text and "- multi grpo LargerSokoban: 0: 10 / 25, 4: 60 / 55" in text
+    assert "RL wall 900 s, chain 20 min" in text and "- multi grpo LargerSokoban: 0: 10 / 25, 4: 60 / 55" in text
 
 
 def test_run_cmd_jobs_limit_and_reuse(bench, tmp_path, monkeypatch):
