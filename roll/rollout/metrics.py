@@ -2,6 +2,10 @@
 
 - ``env/<tag>/...``: success, return, num_turns, invalid_action_rate, truncated,
   failures/<type> (per tag, over the episodes of the batch and the failures since the last batch);
+  token_nll: the mean -log p of the tag's model tokens, p the distribution each was drawn from
+  (the engine's log-probs): for sampled rollouts an estimate of the policy's per-token entropy
+  at the sampling temperature, which falls as the policy sharpens; for greedy ones the
+  temperature-1 NLL of the argmax tokens (left out where the engine reported no log-probs);
 - ``rollout/...``: counters (failures by type, refills, filtered/dropped/stale groups,
   partial resumes), staleness, throughput (trajectories/s, tokens/s);
 - ``timing/rollout/...``: get_batch wall time and the shares of episode time spent in
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from itertools import compress
 
 from roll.data.trajectory import Trajectory
 
@@ -22,8 +27,12 @@ def _mean(xs: list[float]) -> float:
 def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, float]:
     """Per-tag outcome metrics over one trajectory per episode (step-mode samples deduplicated)."""
     by_tag: dict[str, dict[str, Trajectory]] = defaultdict(dict)
-    for t in episodes:
+    nll: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # tag -> [sum of -log p, tokens]
+    for t in episodes:  # every step-mode sample counts for the NLL, one per episode for the rest
         by_tag[t.env_tag].setdefault(t.episode_id, t)
+        acc = nll[t.env_tag]
+        acc[0] -= sum(compress(t.logprobs, t.loss_mask))
+        acc[1] += t.num_model_tokens
     out: dict[str, float] = {}
     every: list[Trajectory] = []
     for tag, first in by_tag.items():
@@ -40,6 +49,8 @@ def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, f
         extra = sorted({k for t in ts for k in t.metrics if k.startswith(("tool/", "agent/"))})
         for key in ["invalid_action_rate", "effective_action_rate", *extra]:
             out[p + key] = _mean([t.metrics.get(key, 0.0) for t in ts])
+        if nll[tag][0]:  # 0: no model token, or an engine that reports no log-probs (all 0)
+            out[p + "token_nll"] = nll[tag][0] / nll[tag][1]
     if every:
         gen = sum(t.metrics.get("time/generate_s", 0.0) for t in every)
         env = sum(t.metrics.get("time/env_s", 0.0) for t in every)

@@ -162,6 +162,8 @@ TAG_PANELS: list[tuple[str, str, list[str]]] = [
     ("length", "Episode length (turns) / response length (tokens)",
      [rf"^{_SPLIT}env/(?P<tag>[^/]+)/num_turns$", rf"^{_SPLIT}rollout/(?P<tag>[^/]+)/response_length$"]),
     ("invalid", "Invalid action rate", [rf"^{_SPLIT}env/(?P<tag>[^/]+)/invalid_action_rate$"]),
+    ("token_nll", "Token NLL (sampled: the policy's entropy per token)",
+     [rf"^{_SPLIT}env/(?P<tag>[^/]+)/token_nll$"]),
 ]
 """Per-env-tag panels: (id, title, key patterns with ``tag`` and an optional val split)."""
 GLOBAL_PANELS: list[tuple[str, str, list[str]]] = [

@@ -32,6 +32,7 @@ def metrics_rows(steps: int = 3) -> list[dict]:
         rows.append({
             "step": s, "time": 100.0 + 10 * s, "env/Sok/success": 0.1 * s, "env/Lake/success": 0.2,
             "env/Sok/return": -0.3 + s, "env/Sok/num_turns": 3, "env/Sok/invalid_action_rate": 1 - 0.2 * s,
+            "env/Sok/token_nll": 1.2 - 0.1 * s,
             "actor/ppo_kl": 0.01 * s, "actor/entropy": 2.0 - 0.1 * s, "actor/loss": float("nan") if s == 2 else 0.5,
             "timing/step": 10.0, "timing/rollout": 6.0, "timing/actor_train": 3.0, "timing/rollout/env_share": 0.1,
         })
@@ -82,7 +83,9 @@ def test_report_is_one_offline_file_with_the_run_data(tmp_path):
     assert data["summary"]["name"] == "demo" and data["summary"]["steps_logged"] == 3
     assert data["summary"]["wall_s"] == 30.0
     ids = {p["id"] for p in data["panels"]}
-    assert {"success", "return", "length", "invalid", "kl", "entropy", "loss", "timing", "step_time"} <= ids
+    assert {"success", "return", "length", "invalid", "token_nll", "kl", "entropy", "loss", "timing", "step_time"} <= ids
+    nll = next(p for p in data["panels"] if p["id"] == "token_nll")
+    assert [s["name"] for s in nll["series"]] == ["Sok train"]  # a tag without the metric has no line
     success = next(p for p in data["panels"] if p["id"] == "success")
     names = {s["name"] for s in success["series"]}
     assert names == {"Sok train", "Lake train", "Sok val (sampled)", "Sok val (greedy)"}
