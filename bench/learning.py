@@ -220,8 +220,12 @@ took 50 minutes (demos 5 s, SFT 180 s, RL 2810 s: a median 8.2 s per step and 30
 validation round of 512 episodes). Greedy clears +20; sampled does not. The SFT start is flat:
 greedy it repeats a move that changes nothing to the turn limit in 91% of its episodes (3%
 success, `python bench/greedy_probe.py`; the same on 256 training rooms: 5%), sampling escapes
-that (19%), so the sampled gain needs the policy to solve more rooms, not only to commit to its
-best move: it rose 11 points in the first 100 steps and 4 in the last 200, as the LR decayed."""
+that (19%). RL made the policy commit: over the four moves of the first turn of the 256 validation
+rooms (each answer scored whole), the top move's probability averages 0.94 after RL and 0.46
+before, the entropy 0.19 nats and 1.03 (of at most 1.39). Greedy and sampled now play nearly the
+same policy, so the sampled gain needs it to solve more rooms: it rose 11 points in the first
+100 steps and 4 in the last 200, as the LR decayed. Rollouts now log `env/<tag>/token_nll` (the
+mean -log p of the sampled tokens: the policy's entropy per token) to follow this in a run."""
 
 
 MULTI_NOTES = """Why the different-symbol Sokoban cannot gain much with this model (`python bench/symbols_probe.py`):
