@@ -19,3 +19,34 @@ def test_prompts_other_than_observation_only_are_refused(tmp_path):
     cfg.write_text("custom_envs:\n  S:\n    env_id: roll/Sokoban-v0\n    include_instruction: true\n")
     with pytest.raises(SystemExit):
         probe.main(["roll-tiny://tiny", "--config", str(cfg), "--tag", "S"])
+
+
+def test_first_move_scores_the_one_move_answers(capsys):
+    probe = load_bench("greedy_probe")
+    assert probe.main(["roll-tiny://tiny", "--episodes", "3", "--first-move"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    fields = dict(kv.split("=") for kv in out[-1].split()[1:])
+    assert set(fields) == {"success", "stuck", "noop_share", "top_prob", "entropy", "top_optimal", "p_optimal"}
+    # a distribution over the four moves: its top is at least uniform's, its entropy at most
+    assert 0.25 <= float(fields["top_prob"]) <= 1.0 and 0.0 <= float(fields["entropy"]) <= 1.387
+    assert fields["top_optimal"] in ("0.000", "0.333", "0.667", "1.000")  # a share of 3 rooms
+    assert 0.0 < float(fields["p_optimal"]) < 1.0  # every room has an optimal move, and not every move is
+
+
+def test_optimal_moves_follow_the_solver():
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the roll/ envs)
+    from envs.agents import format_answer
+
+    probe = load_bench("greedy_probe")
+    for seed in range(5):
+        env = gym.make("roll/Sokoban-v0", search_depth=6, min_solution_length=2, max_steps=8)
+        env.reset(seed=seed)
+        words = list(env.unwrapped.action_words)
+        first = env.unwrapped.expert_plan()[0]
+        marks = probe.optimal_moves(env, [format_answer([w]) for w in words])
+        assert marks[words.index(first)]  # the solver's own first move
+        assert not all(marks)  # the rooms need 2+ moves: some move does not shorten the plan
+        # the copies left the env untouched: its plan is unchanged
+        assert env.unwrapped.expert_plan()[0] == first
