@@ -226,7 +226,12 @@ scored whole on the first room of each validation episode): the top move's proba
 0.94 after RL and 0.46 before, the entropy over the moves 0.19 nats and 1.03 (of at most 1.39),
 while the top move is optimal (it shortens the solver's plan) in 57% of the rooms, from 39%.
 Greedy and sampled now play nearly the same policy, so the sampled gain needs more right moves:
-it rose 11 points in the first 100 steps and 4 in the last 200, as the LR decayed. Rollouts now log `env/<tag>/token_nll` (the
+it rose 11 points in the first 100 steps and 4 in the last 200, as the LR decayed. The end is below
+what longer SFT reaches: 450 SFT steps on the same 2000 episodes give a model whose top first move is
+optimal in 64% of the rooms (top move 0.62, entropy 0.91) and which solves 43% greedily, where 300 SFT
+steps and 300 RL steps give 57% and 32%: the gain is measured from a start chosen to leave room for
+RL, and RL from the stronger start is the next thing to try with this optimizer (at lr 3e-4 with beta2
+0.999 it stayed put, above). Rollouts now log `env/<tag>/token_nll` (the
 mean -log p of the sampled tokens: the policy's entropy per token) to follow this in a run."""
 
 
