@@ -212,7 +212,7 @@ The learning configs now give the trainer and the inference worker two CPUs each
 their phases never overlap): 14.0 -> 11.3 s per simple-Sokoban step alone; the FrozenLake rows'
 runs had one.
 
-The chain now has both (2000 episodes and 300 SFT steps in this file; lr 5e-4 with beta2 0.95 in
+The chain now has both (2000 episodes and 300 SFT steps in bench/learning.py; lr 5e-4 with beta2 0.95 in
 sokoban_grpo.yaml), run alone on the machine with two CPUs per worker (the table's row): 3 / 19,
 15 / 24, 25 / 30, 27 / 28, 30 / 32, 30 / 33, 32 / 34 at steps 0 to 300, +29.7 greedy and +14.8
 sampled, `ppo_kl_max` at most 0.12 (step 65) and invalid training answers at most 5.5%. The chain
@@ -619,7 +619,7 @@ def section_text(results: dict[str, dict[str, Any]], commands: list[str], result
              "1.0, the training temperature). Configs: `configs/agentic/learning/`. Gain = end - start",
              "in points; the RESULT gain is the smaller of the greedy and sampled gain of GRPO. RL wall =",
              "the whole `roll run` (Ray start-up and validation rounds included); chain = demonstrations + SFT +",
-             "that RL run, in minutes (the issue's budget is 45; `-`: a record without its stage times). PPO: GAE with a critic",
+             "that RL run, in minutes (the target is 45 per chain; `-`: a record without its stage times). PPO: GAE with a critic",
              "from the SFT model; the step-mode samples of an episode are chained, so returns cross turns.", "",
              NOTES, "", *([] if "webshop" in results else [WEBSHOP_PENDING]), WEBSHOP_NOTES, "",
              "| env | algo | eps | greedy start | greedy end | sampled start | sampled end | gain (pp) | RL wall (s) | chain (min) |",
