@@ -64,6 +64,7 @@ class _Slot:
         self.episodes = 0
         self.served = 0
         self.down_until = 0.0  # unavailable until then (monotonic clock)
+        self.pending: list[tuple[GenerationRequest, asyncio.Future]] = []  # waiting for the next batch call
 
     def mark_down(self) -> bool:
         """Avoid this worker for ``_DOWN_S``; returns whether it was serving until now."""
@@ -92,6 +93,9 @@ class Router:
         self.max_inflight_seen = 0
         self.unavailable_wait_s = unavailable_wait_s
         self.unavailable_retries = 0
+        self.coalesced_calls = 0  # generate_batch calls that carried single requests
+        self.coalesced_requests = 0
+        self._flushes: set[asyncio.Task] = set()
 
     def _pick(self, episode_id: str | None) -> int:
         if episode_id is not None and episode_id in self._sticky:
@@ -173,9 +177,57 @@ class Router:
         async with self._admit(idx, [request]) as send:
             if not send:  # aborted while queued here: the engine never saw it
                 return _aborted(request.request_id)
-            result = await call_host(self._slots[idx].worker, "generate", request)
+            result = await self._send(idx, request)
         self._slots[idx].served += 1
         return result
+
+    async def _send(self, idx: int, request: GenerationRequest) -> GenerationResult:
+        """One request to worker ``idx``. Requests admitted in the same event-loop pass (a
+        lockstep turn's, or concurrent episodes') leave together in one ``generate_batch`` call
+        when the worker has it: one Ray round trip instead of one per request; the engine batches
+        them as before. A request aborted before its batch leaves is answered as aborted."""
+        slot = self._slots[idx]
+        if not hasattr(slot.worker, "generate_batch"):
+            return await call_host(slot.worker, "generate", request)
+        future = asyncio.get_running_loop().create_future()
+        slot.pending.append((request, future))
+        if len(slot.pending) == 1:  # the first of this pass flushes after the others joined
+            asyncio.get_running_loop().call_soon(self._start_flush, slot)
+        return await future
+
+    def _start_flush(self, slot: _Slot) -> None:
+        task = asyncio.ensure_future(self._flush(slot))
+        self._flushes.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._flushes.discard)
+
+    async def _flush(self, slot: _Slot) -> None:
+        pending, slot.pending = slot.pending, []
+        live = [(r, f) for r, f in pending if not f.done()]
+        for r, f in live:
+            if r.request_id in self._aborted:
+                f.set_result(_aborted(r.request_id))
+        live = [(r, f) for r, f in live if not f.done()]
+        if not live:
+            return
+        self.coalesced_calls += 1
+        self.coalesced_requests += len(live)
+        try:
+            results = await call_host(slot.worker, "generate_batch", [r for r, _ in live])
+        except BaseException as e:  # each waiter handles it (retry on an unavailable worker)
+            for _, f in live:
+                if not f.done():
+                    f.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        by_id = {res.request_id: res for res in results}
+        for r, f in live:
+            if f.done():
+                continue
+            if r.request_id in by_id:
+                f.set_result(by_id[r.request_id])
+            else:
+                f.set_exception(RuntimeError(f"generate_batch returned no result for request {r.request_id}"))
 
     @contextlib.asynccontextmanager
     async def _admit(self, idx: int, requests: list[GenerationRequest]) -> AsyncIterator[list[GenerationRequest]]:
@@ -233,4 +285,5 @@ class Router:
     def stats(self) -> dict[str, float]:
         return {"rollout/router/max_inflight": float(self.max_inflight_seen),
                 "rollout/router/unavailable_retries": float(self.unavailable_retries),
+                "rollout/router/requests_per_call": self.coalesced_requests / max(self.coalesced_calls, 1),
                 **{f"rollout/router/worker{i}/served": float(s.served) for i, s in enumerate(self._slots)}}

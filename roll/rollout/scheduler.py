@@ -41,7 +41,7 @@ import functools
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -452,19 +452,37 @@ class RolloutScheduler:
             host = await self.pool.acquire()
             # (host, its incarnation): an episode never continues on a restarted process
             specs.append((group, slot, self._spec(group, slot), (host, self.pool.epoch[host])))
-        active = await asyncio.gather(*(self._lockstep_call(h, "start_episode", s) for _, _, s, h in specs))
+        active = await self._lockstep_each(specs, "start_episodes", lambda s: s)
         live = [x for x, ok in zip(specs, active) if ok]
         while live:
-            ok = await asyncio.gather(*(self._lockstep_call(h, "generate_turn", s.episode_id) for _, _, s, h in live))
-            ok2 = await asyncio.gather(*(self._lockstep_call(h, "step_env", s.episode_id) for _, _, s, h in live))
+            ok = await self._lockstep_each(live, "generate_turns", lambda s: s.episode_id)
+            ok2 = await self._lockstep_each(live, "step_envs", lambda s: s.episode_id)
             live = [x for x, a, b in zip(live, ok, ok2) if a and b]
         out = []
-        for group, slot, spec, host in specs:
-            trajs = await self._lockstep_call(host, "finish_episode", spec.episode_id)
+        finished = await self._lockstep_each(specs, "finish_episodes", lambda s: s.episode_id)
+        for (group, slot, spec, host), trajs in zip(specs, finished):
             if trajs is False:  # the worker died: the episode is an infrastructure failure
                 trajs = _worker_died(spec, f"environment worker {host[0]} died during the episode")
             self.pool.release(host[0])
             out.append((group, slot, spec, trajs))
+        return out
+
+    async def _lockstep_each(self, items: list[tuple[EpisodeGroup, int, EpisodeSpec, tuple[int, int]]], method: str,
+                             arg: Callable[[EpisodeSpec], Any]) -> list[Any]:
+        """``method`` for every item's episode, one call per host with all of its items (a Ray
+        round trip per host and phase, not per episode); False for an item whose host died."""
+        by_host: dict[tuple[int, int], list[int]] = {}
+        for k, (_, _, spec, host) in enumerate(items):
+            by_host.setdefault(host, []).append(k)
+        out: list[Any] = [False] * len(items)
+
+        async def one(host: tuple[int, int], ks: list[int]) -> None:
+            results = await self._lockstep_call(host, method, [arg(items[k][2]) for k in ks])
+            if results is not False:
+                for k, r in zip(ks, results, strict=True):
+                    out[k] = r
+
+        await asyncio.gather(*(one(h, ks) for h, ks in by_host.items()))
         return out
 
     async def _lockstep_call(self, host: tuple[int, int], method: str, *args: Any) -> Any:

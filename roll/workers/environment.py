@@ -6,9 +6,9 @@ Each env instance has its own daemon thread, so a slow or hung env never blocks 
 episodes or the generation path; envs are pooled per tag and reused, except an env whose
 call raised or timed out, which is discarded.
 
-Per-sample mode calls ``run_episode``; the lockstep baseline calls ``start_episode``,
-``generate_turn``, ``step_env`` and ``finish_episode`` for all episodes of a batch in
-turn. Weight updates go through ``suspend`` / ``set_policy_version`` / ``resume``.
+Per-sample mode calls ``run_episode``; the lockstep baseline calls ``start_episodes``,
+``generate_turns``, ``step_envs`` and ``finish_episodes`` (each with every episode of the batch
+this worker hosts) in turn. Weight updates go through ``suspend`` / ``set_policy_version`` / ``resume``.
 """
 from __future__ import annotations
 
@@ -163,6 +163,20 @@ class EnvironmentWorker:
         manager = self._active[episode_id]
         self._release(manager)
         return manager.trajectories()
+
+    # one call per host and phase for a lockstep batch: one Ray round trip instead of one per
+    # episode (the episodes of the call still run concurrently here)
+    async def start_episodes(self, specs: list[EpisodeSpec]) -> list[bool]:
+        return list(await asyncio.gather(*(self.start_episode(s) for s in specs)))
+
+    async def generate_turns(self, episode_ids: list[str]) -> list[bool]:
+        return list(await asyncio.gather(*(self.generate_turn(e) for e in episode_ids)))
+
+    async def step_envs(self, episode_ids: list[str]) -> list[bool]:
+        return list(await asyncio.gather(*(self.step_env(e) for e in episode_ids)))
+
+    async def finish_episodes(self, episode_ids: list[str]) -> list[list[Trajectory]]:
+        return [await self.finish_episode(e) for e in episode_ids]
 
     async def prepare(self, counts: dict[str, int]) -> int:
         """Create idle envs ahead of time (``counts[tag]`` per tag), so the first batch does not

@@ -65,7 +65,8 @@ def test_worker_without_batches_and_oversized_batches_go_one_by_one():
     assert [r.request_id for r in out] == ["g-0", "g-1", "g-2"] and len(plain.calls) == 3
     batcher = BatchWorker()
     out = asyncio.run(Router([batcher], max_inflight_per_worker=2).generate_batch(group(3)))
-    assert batcher.batches == [] and len(out) == 3
+    # one by one through the bound: the two admitted together leave in one call, the third after
+    assert batcher.batches == [["g-0", "g-1"], ["g-2"]] and [r.request_id for r in out] == ["g-0", "g-1", "g-2"]
 
 
 def test_unavailable_worker_batch_is_sent_again():
@@ -75,3 +76,38 @@ def test_unavailable_worker_batch_is_sent_again():
     assert [r.finish_reason for r in out] == ["stop"] * 4
     assert router.unavailable_retries >= 1
     assert sorted(worker.calls) == [f"g-{i}" for i in range(4)]  # each request served once, after the failure
+
+
+def test_single_requests_of_one_pass_leave_in_one_batch_call():
+    """A lockstep turn's requests (one per episode) reach a batching worker in one call, each
+    caller gets its own result, and the stickiness and bounds still hold per request."""
+    worker = BatchWorker()
+    router = Router([worker], max_inflight_per_worker=8)
+    reqs = [GenerationRequest(f"ep{i}/t0", [1, 2, 3], meta={"episode_id": f"ep{i}"}) for i in range(6)]
+
+    async def main():
+        return await asyncio.gather(*(router.generate(r) for r in reqs))
+
+    out = asyncio.run(main())
+    assert worker.batches == [[r.request_id for r in reqs]]
+    assert [r.request_id for r in out] == [r.request_id for r in reqs]
+    assert [r.output_ids for r in out] == [[len(r.request_id)] for r in reqs]
+    assert router.stats()["rollout/router/requests_per_call"] == 6.0
+    assert router._running == set() and router._where == {}
+
+
+def test_request_aborted_before_its_batch_leaves_is_not_sent():
+    worker = BatchWorker()
+    router = Router([worker], max_inflight_per_worker=8)
+    a, b = GenerationRequest("a", [1], meta={"episode_id": "A"}), GenerationRequest("b", [1], meta={"episode_id": "B"})
+
+    async def main():
+        ta, tb = asyncio.ensure_future(router.generate(a)), asyncio.ensure_future(router.generate(b))
+        await asyncio.sleep(0)  # both admitted and waiting for the batch call, which has not left
+        await router.abort(["a"])
+        return await ta, await tb
+
+    ra, rb = asyncio.run(main())
+    assert ra.finish_reason == "abort" and ra.output_ids == []
+    assert rb.finish_reason == "stop"
+    assert worker.batches == [["b"]]

@@ -289,3 +289,46 @@ def test_wait_mode_finishes_in_flight_turns_under_the_old_version(tok):
                 if turn >= 0:
                     per_turn.setdefault(turn, set()).add(v)
             assert all(len(v) == 1 for v in per_turn.values())  # no turn spans two versions
+
+
+def test_lockstep_calls_each_host_once_per_phase(tok):
+    """Sync mode: every phase of a lockstep round is one call per environment worker carrying
+    all of its episodes, not one call per episode."""
+    calls: list[tuple[int, str, int]] = []
+
+    class Counting(EnvironmentWorker):
+        def __init__(self, k, *a, **kw):
+            super().__init__(*a, **kw)
+            self.k = k
+
+        def _count(name):
+            async def method(self, items):
+                calls.append((self.k, name, len(items)))
+                return await getattr(EnvironmentWorker, name)(self, items)
+            return method
+
+        start_episodes = _count("start_episodes")
+        generate_turns = _count("generate_turns")
+        step_envs = _count("step_envs")
+        finish_episodes = _count("finish_episodes")
+
+    mcfg = EnvManagerConfig(group_size=2)
+    client = ScriptedClient(tok)
+    workers = [Counting(k, COUNTDOWN, mcfg, GeneratingArgs(max_new_tokens=48), tok, [client]) for k in range(2)]
+    sched = RolloutScheduler(COUNTDOWN, mcfg, RolloutConfig(mode="sync"), workers, pad_token_id=tok.pad_token_id, seed=7)
+
+    async def main():
+        out = await sched.get_batch(8)
+        await sched.shutdown()
+        return out
+
+    out = asyncio.run(main())
+    assert len(out.trajectories) == 8
+    starts = [(k, n) for k, m, n in calls if m == "start_episodes"]
+    assert sorted(starts) == [(0, 4), (1, 4)]  # 8 episodes, least-loaded hosts: 4 each, one call each
+    assert sorted((k, n) for k, m, n in calls if m == "finish_episodes") == [(0, 4), (1, 4)]
+    turns = max(t.num_turns for t in out.trajectories)
+    for k in (0, 1):
+        gens = [n for kk, m, n in calls if kk == k and m == "generate_turns"]
+        assert 1 <= len(gens) <= turns and gens[0] == 4  # one call per turn round, all live episodes
+        assert [n for kk, m, n in calls if kk == k and m == "step_envs"] == gens
