@@ -195,6 +195,20 @@ class Router:
             asyncio.get_running_loop().call_soon(self._start_flush, slot)
         return await future
 
+    async def _send_alone(self, slot: _Slot, request: GenerationRequest, future: asyncio.Future) -> None:
+        if future.done():
+            return
+        if request.request_id in self._aborted:
+            return future.set_result(_aborted(request.request_id))
+        try:
+            result = await call_host(slot.worker, "generate", request)
+        except Exception as e:
+            if not future.done():
+                future.set_exception(e)
+            return
+        if not future.done():
+            future.set_result(result)
+
     def _start_flush(self, slot: _Slot) -> None:
         task = asyncio.ensure_future(self._flush(slot))
         self._flushes.add(task)  # held until done: the loop keeps only weak references
@@ -213,13 +227,21 @@ class Router:
         self.coalesced_requests += len(live)
         try:
             results = await call_host(slot.worker, "generate_batch", [r for r, _ in live])
-        except BaseException as e:  # each waiter handles it (retry on an unavailable worker)
+        except Exception as e:
+            if is_unavailable(e) or len(live) == 1:  # each waiter retries (see generate) or fails
+                for _, f in live:
+                    if not f.done():
+                        f.set_exception(e)
+                return
+            # one request's own error (a prompt the engine rejects) fails the whole call: send each
+            # alone, so that only the request at fault fails, as it would have without batching
+            await asyncio.gather(*(self._send_alone(slot, r, f) for r, f in live))
+            return
+        except BaseException as e:  # cancelled: the waiters must not hang
             for _, f in live:
                 if not f.done():
                     f.set_exception(e)
-            if not isinstance(e, Exception):
-                raise
-            return
+            raise
         by_id = {res.request_id: res for res in results}
         for r, f in live:
             if f.done():

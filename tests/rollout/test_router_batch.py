@@ -111,3 +111,32 @@ def test_request_aborted_before_its_batch_leaves_is_not_sent():
     assert ra.finish_reason == "abort" and ra.output_ids == []
     assert rb.finish_reason == "stop"
     assert worker.batches == [["b"]]
+
+
+def test_one_bad_request_in_a_batch_call_fails_only_itself():
+    """The engine rejects a whole batch call for one bad prompt; the router then sends each
+    request alone, so the other episodes of the turn are unaffected."""
+
+    class Picky(BatchWorker):
+        async def generate(self, r):
+            if not r.prompt_ids:
+                raise ValueError(f"request {r.request_id}: empty prompt_ids")
+            return await super().generate(r)
+
+        async def generate_batch(self, requests):
+            if any(not r.prompt_ids for r in requests):
+                raise ValueError("empty prompt_ids")
+            return await super().generate_batch(requests)
+
+    worker = Picky()
+    router = Router([worker], max_inflight_per_worker=8)
+    reqs = [GenerationRequest(f"e{i}", [] if i == 2 else [1, 2], meta={"episode_id": f"E{i}"}) for i in range(4)]
+
+    async def main():
+        return await asyncio.gather(*(router.generate(r) for r in reqs), return_exceptions=True)
+
+    out = asyncio.run(main())
+    assert isinstance(out[2], ValueError) and "e2" in str(out[2])
+    assert [o.request_id for k, o in enumerate(out) if k != 2] == ["e0", "e1", "e3"]
+    assert sorted(worker.calls) == ["e0", "e1", "e3"]  # each good request served once
+    assert router._running == set() and router._where == {}
