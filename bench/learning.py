@@ -213,11 +213,19 @@ their phases never overlap): 14.0 -> 11.3 s per simple-Sokoban step alone; the F
 runs had one.
 
 The chain now has both (2000 episodes and 300 SFT steps in bench/learning.py; lr 5e-4 with beta2 0.95 in
-sokoban_grpo.yaml), run alone on the machine with two CPUs per worker (the table's row): 3 / 19,
+sokoban_grpo.yaml), run alone on the machine with two CPUs per worker. Its first run: 3 / 19,
 15 / 24, 25 / 30, 27 / 28, 30 / 32, 30 / 33, 32 / 34 at steps 0 to 300, +29.7 greedy and +14.8
-sampled, `ppo_kl_max` at most 0.12 (step 65) and invalid training answers at most 5.5%. The chain
+sampled, `ppo_kl_max` at most 0.12 (step 65) and invalid training answers at most 5.5%; the chain
 took 50 minutes (demos 5 s, SFT 180 s, RL 2810 s: a median 8.2 s per step and 25-45 s per
-validation round of 512 episodes). Greedy clears +20; sampled does not. The SFT start is flat:
+validation round of 512 episodes). The table's row is the same chain rerun after rollout round
+trips were batched (below; the same demonstrations and SFT model, whose stage times it reuses):
++35.2 greedy and +22.7 sampled, the chain in 33 minutes (RL 1811 s: a median 5.5 s per step,
+rollout 1.4 s and training 4.0 s, 21-27 s per validation round). Its rollouts were the same as the
+first run's for the first steps, then drifted apart through float rounding (batch composition in
+the engine); it broke the answer format once for a few steps (invalid training answers 51% at step
+130, `ppo_kl_max` 1.18 at step 128, valid again within 10 steps). Two runs of one config ended 8
+points apart on the sampled gain (+14.8 and +22.7), so one run's result is one draw: the run below
+with only the cosine stretched moved further still. What the first run's models showed: the SFT start is flat:
 greedy it repeats a move that changes nothing to the turn limit in 91% of its episodes (3%
 success, `python bench/greedy_probe.py`; the same on 256 training rooms: 5%), sampling escapes
 that (19%). RL made the policy commit, and made it better, but less of the latter
@@ -229,11 +237,27 @@ Greedy and sampled now play nearly the same policy, so the sampled gain needs mo
 it rose 11 points in the first 100 steps and 4 in the last 200, as the LR decayed. The end is below
 what longer SFT reaches: 450 SFT steps on the same 2000 episodes give a model whose top first move is
 optimal in 64% of the rooms (top move 0.62, entropy 0.91) and which solves 43% greedily, where 300 SFT
-steps and 300 RL steps give 57% and 32%: the gain is measured from a start chosen to leave room for
+steps and 300 RL steps give 57% and 32% (the first run; the table's run ends at 38%): the gain is measured from a start chosen to leave room for
 RL. RL from that stronger start with this optimizer (sokoban_grpo.yaml as is, seed 42, stopped at step
 53) lost ground: 42.6 / 44.5 -> 21.9 / 39.1 at step 50, training success 35-44% throughout (at lr 3e-4
 with beta2 0.999 it had stayed put, above). Rollouts now log `env/<tag>/token_nll` (the
-mean -log p of the sampled tokens: the policy's entropy per token) to follow this in a run."""
+mean -log p of the sampled tokens: the policy's entropy per token) to follow this in a run.
+
+Rollout round trips are batched (docs/architecture.md, `rollout/`): the router sends the requests
+admitted in one event-loop pass to an inference worker in one `generate_batch` call, and a lockstep
+step calls each env worker once per phase with all of its episodes, where it made a Ray call per
+episode and turn (two to the env worker, one to the inference worker). On this config (`roll run
+configs/agentic/learning/sokoban_grpo.yaml pretrain=<the chain's SFT model> max_steps=14 eval_steps=0`,
+the code before and after, one run after the other, alone on the machine; medians over steps 3-14)
+the rollout took 4.14 s per step before and 1.82 s after, the step 8.7 s and 6.4 s.
+
+How far one run moves (seed 42, same SFT start, both stopped): the chain with only
+`num_training_steps: 4200` (the cosine reaches half the LR at step 300; at step 50 the LR is 0.98 of
+its peak instead of 0.93) had the same rollouts as the table's run for the first steps, then
+`ppo_kl_max` 0.4-0.96 at steps 16-70 and 9 / 18, 9 / 16, 10 / 23 at steps 50, 100, 150 (the table's
+run: 17 / 25, 18 / 26, 22 / 35). From 200 SFT steps instead of 300 (1 / 11 at step 0) the answer
+format broke at step 3 (97% invalid training answers, valid again by step 15) and the run was at
+4 / 14 at step 50."""
 
 
 MULTI_NOTES = """Why the different-symbol Sokoban cannot gain much with this model (`python bench/symbols_probe.py`):
