@@ -96,6 +96,7 @@ class Router:
         self.coalesced_calls = 0  # generate_batch calls that carried single requests
         self.coalesced_requests = 0
         self._flushes: set[asyncio.Task] = set()
+        self._unsent: set[str] = set()  # admitted, waiting for their batch call to leave
 
     def _pick(self, episode_id: str | None) -> int:
         if episode_id is not None and episode_id in self._sticky:
@@ -191,6 +192,7 @@ class Router:
             return await call_host(slot.worker, "generate", request)
         future = asyncio.get_running_loop().create_future()
         slot.pending.append((request, future))
+        self._unsent.add(request.request_id)
         if len(slot.pending) == 1:  # the first of this pass flushes after the others joined
             asyncio.get_running_loop().call_soon(self._start_flush, slot)
         return await future
@@ -216,6 +218,7 @@ class Router:
 
     async def _flush(self, slot: _Slot) -> None:
         pending, slot.pending = slot.pending, []
+        self._unsent.difference_update(r.request_id for r, _ in pending)
         live = [(r, f) for r, f in pending if not f.done()]
         for r, f in live:
             if r.request_id in self._aborted:
@@ -283,7 +286,7 @@ class Router:
     async def abort(self, request_ids: list[str]) -> None:
         by_worker: dict[int, list[str]] = {}
         for rid in request_ids:
-            if rid in self._retrying:
+            if rid in self._retrying or rid in self._unsent:  # answered as aborted, never sent
                 self._aborted.add(rid)
             elif rid in self._running:
                 self._aborted.add(rid)

@@ -10,6 +10,7 @@ from roll.strategies.base import GenerationRequest, GenerationResult
 class PlainWorker:
     def __init__(self):
         self.calls: list[str] = []
+        self.aborted: list[str] = []
 
     async def generate(self, r: GenerationRequest) -> GenerationResult:
         self.calls.append(r.request_id)
@@ -17,7 +18,7 @@ class PlainWorker:
         return GenerationResult(r.request_id, [len(r.request_id)], [-0.1], "stop")
 
     async def abort(self, ids):
-        pass
+        self.aborted += list(ids)
 
 
 class BatchWorker(PlainWorker):
@@ -111,6 +112,8 @@ def test_request_aborted_before_its_batch_leaves_is_not_sent():
     assert ra.finish_reason == "abort" and ra.output_ids == []
     assert rb.finish_reason == "stop"
     assert worker.batches == [["b"]]
+    assert worker.aborted == []  # the engine never saw it, so it is not told to abort it
+    assert router._unsent == set() and router._aborted == set()
 
 
 def test_one_bad_request_in_a_batch_call_fails_only_itself():
