@@ -46,6 +46,12 @@ def is_unavailable(e: BaseException) -> bool:
     return isinstance(e, WorkerUnavailableError) or actor_died(e)
 
 
+def _fail_waiters(waiters: list[tuple[GenerationRequest, asyncio.Future]], error: BaseException) -> None:
+    for _, future in waiters:
+        if not future.done():
+            future.set_exception(error)
+
+
 @runtime_checkable
 class InferenceClient(Protocol):
     """The only thing rollout needs from inference."""
@@ -219,11 +225,14 @@ class Router:
     async def _flush(self, slot: _Slot) -> None:
         pending, slot.pending = slot.pending, []
         self._unsent.difference_update(r.request_id for r, _ in pending)
-        live = [(r, f) for r, f in pending if not f.done()]
-        for r, f in live:
+        live = []
+        for r, f in pending:
+            if f.done():  # its caller was cancelled
+                continue
             if r.request_id in self._aborted:
                 f.set_result(_aborted(r.request_id))
-        live = [(r, f) for r, f in live if not f.done()]
+            else:
+                live.append((r, f))
         if not live:
             return
         self.coalesced_calls += 1
@@ -232,18 +241,13 @@ class Router:
             results = await call_host(slot.worker, "generate_batch", [r for r, _ in live])
         except Exception as e:
             if is_unavailable(e) or len(live) == 1:  # each waiter retries (see generate) or fails
-                for _, f in live:
-                    if not f.done():
-                        f.set_exception(e)
-                return
+                return _fail_waiters(live, e)
             # one request's own error (a prompt the engine rejects) fails the whole call: send each
             # alone, so that only the request at fault fails, as it would have without batching
             await asyncio.gather(*(self._send_alone(slot, r, f) for r, f in live))
             return
         except BaseException as e:  # cancelled: the waiters must not hang
-            for _, f in live:
-                if not f.done():
-                    f.set_exception(e)
+            _fail_waiters(live, e)
             raise
         by_id = {res.request_id: res for res in results}
         for r, f in live:
