@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import shlex
 import sys
@@ -452,11 +453,39 @@ def _core(cmd: list[str]) -> list[str]:
     return [a for a in cmd if not a.startswith(RESUME_ARGS)]
 
 
+def _inputs_digest(cmd: list[str]) -> str:
+    """What a stage reads besides its command line: each config file it names, composed with its
+    ``defaults:`` (an edited config or base config changes it), and each input file or model
+    directory (``data.train_files=[...]``, ``pretrain=``: an earlier stage that ran again changes
+    it). Its output directory is not an input."""
+    from roll.config.loader import load_raw
+    h = hashlib.sha256()
+    args = _core(cmd)[2:]
+    for i, arg in enumerate(args):
+        key, _, value = arg.partition("=") if "=" in arg and not arg.startswith("-") else ("", "", arg)
+        if key == "output_dir" or (i > 0 and args[i - 1] == "--out"):
+            continue
+        for item in value.strip("[]").split(","):
+            path = Path(item) if Path(item).is_absolute() else ROOT / item
+            if not item or not path.exists():
+                continue
+            h.update(item.encode())
+            if path.suffix in (".yaml", ".yml"):
+                h.update(json.dumps(load_raw(path), sort_keys=True, default=str).encode())
+            elif path.is_file():
+                h.update(path.read_bytes())
+            elif path.is_dir():  # a model directory: its top-level files
+                for f in sorted(p for p in path.iterdir() if p.is_file()):
+                    h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False,
             out_dir: Optional[Path] = None) -> float:
     """Run one stage as a subprocess (output to ``log``); its wall time in seconds.
 
-    With ``reuse``, a stage whose marker (next to its log) records the same command and a
+    With ``reuse``, a stage whose marker (next to its log) records the same command, the same
+    inputs (``_inputs_digest``: configs as composed, input files, the model it starts from) and a
     clean exit is not run again: its recorded wall time is returned (a later invocation for
     another env, or after an interruption, continues the chain). A ``roll run`` stage that
     checkpoints (``save_steps=``, ``out_dir`` its output_dir) and was interrupted resumes
@@ -467,11 +496,15 @@ def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False,
     commands.append(shlex.join(["roll", *_core(cmd)[3:]]).replace(f"{ROOT}/", ""))
     marker = log.with_suffix(".done.json")
     running = log.with_suffix(".running.json")
+    digest = _inputs_digest(cmd)
     if reuse and marker.exists():
         done = json.loads(marker.read_text())
         if _core(done.get("cmd", [])) == _core(cmd)[2:]:  # the interpreter path may differ between machines
-            print(f"$ {shlex.join(cmd)}\n  reused ({done['wall_s']:.0f} s, {marker})", flush=True)
-            return float(done["wall_s"])
+            if done.get("inputs", digest) == digest:  # markers written before digests: the command decides
+                print(f"$ {shlex.join(cmd)}\n  reused ({done['wall_s']:.0f} s, {marker})", flush=True)
+                return float(done["wall_s"])
+            print(f"  {marker}: same command, but its config or input files changed since: running it again",
+                  flush=True)
     marker.unlink(missing_ok=True)
     earlier = 0.0
     if reuse and out_dir is not None and running.exists() and any(a.startswith("save_steps=") for a in cmd):
@@ -489,7 +522,7 @@ def run_cmd(cmd: list[str], log: Path, commands: list[str], reuse: bool = False,
     with _SLOTS or contextlib.nullcontext():
         wall = run_logged(cmd, log, "stage") + earlier
     print(f"  done in {wall:.0f} s", flush=True)
-    marker.write_text(json.dumps({"cmd": cmd[2:], "wall_s": wall}))
+    marker.write_text(json.dumps({"cmd": cmd[2:], "wall_s": wall, "inputs": digest}))
     running.unlink(missing_ok=True)
     return wall
 

@@ -194,3 +194,35 @@ def test_the_docs_keep_a_record_of_every_env_in_the_section(bench):
         assert r["commands"] and "grpo" in r["algos"] and r["wall_s"]["grpo"] > 0
         g = r["algos"]["grpo"]
         assert g["gain"] == pytest.approx(min(g["greedy_end"] - g["greedy_start"], g["sampled_end"] - g["sampled_start"]), abs=0.051)
+
+
+def test_reuse_reruns_a_stage_whose_config_or_inputs_changed(bench, tmp_path, monkeypatch):
+    """A marker is reused only while the stage's composed config (its `defaults:` included) and
+    its input files are as they were; the file it writes (`--out`) and its output_dir are not inputs."""
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    (tmp_path / "base.yaml").write_text("lr: 1.0\n")
+    (tmp_path / "run.yaml").write_text("defaults: [base.yaml]\nsteps: 3\n")
+    (tmp_path / "data.jsonl").write_text('{"a": 1}\n')
+    runs = tmp_path / "runs.txt"
+    script = f"import sys; open({str(runs)!r}, 'a').write('x'); open(sys.argv[-1], 'w').write('written')"
+    cmd = [sys.executable, "-c", script, "run.yaml", "data.train_files=[data.jsonl]",
+           f"output_dir={tmp_path / 'out'}", "--out", str(tmp_path / "made.jsonl")]
+    log = tmp_path / "stage.log"
+
+    def count():
+        bench.run_cmd(cmd, log, [], reuse=True)
+        return len(runs.read_text())
+
+    assert count() == 1 and (tmp_path / "made.jsonl").read_text() == "written"
+    assert count() == 1  # nothing changed (the file it wrote does not count): reused
+    (tmp_path / "base.yaml").write_text("lr: 2.0\n")  # a base config edited
+    assert count() == 2 and count() == 2
+    (tmp_path / "data.jsonl").write_text('{"a": 2}\n')  # an earlier stage wrote other data
+    assert count() == 3 and count() == 3
+    # a marker from before digests existed is judged by its command alone
+    marker = log.with_suffix(".done.json")
+    done = json.loads(marker.read_text())
+    del done["inputs"]
+    marker.write_text(json.dumps(done))
+    (tmp_path / "run.yaml").write_text("defaults: [base.yaml]\nsteps: 4\n")
+    assert count() == 3
