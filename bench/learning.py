@@ -421,6 +421,8 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
         name="webshop", tag="WebShopTest", sft_config=f"{CFG}/webshop_sft.yaml",
         rl_configs={"grpo": f"{CFG}/webshop_grpo.yaml"},
         epsilon=WEBSHOP_EPSILON, episodes=1000, sft_steps=WEBSHOP_SFT_STEPS, rl_steps=60, eval_steps=20,
+        # demonstrations on the training goals; RL on other goals (WebShopRL, webshop_rl_base.yaml)
+        demo_sets=[("WebShop", WEBSHOP_EPSILON, 1000)],
         val_tags=["WebShopTest", "WebShopFull"])
     if quick:
         # Same chain, every stage as small as it goes: the run time is Ray start-ups.
@@ -435,7 +437,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
             s.algo_overrides = {"ppo": ["critic.training_args.per_device_train_batch_size=8"]}
         # one group per training tag, one validation episode per tag
         specs["multi"].overrides += ["train_env_manager.num_groups_partition=[1,1]", "val_batch_size=3"]
-        specs["webshop"].overrides += ["custom_envs.WebShop.max_turns=3", "actor_infer.generating_args.max_new_tokens=16"]
+        specs["webshop"].overrides += ["custom_envs.WebShop.max_turns=3", "custom_envs.WebShopRL.max_turns=3", "actor_infer.generating_args.max_new_tokens=16"]
     return specs
 
 
