@@ -453,7 +453,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
             s.algo_overrides = {"ppo": ["critic.training_args.per_device_train_batch_size=8"]}
         # one group per training tag, one validation episode per tag
         specs["multi"].overrides += ["train_env_manager.num_groups_partition=[1,1]", "val_batch_size=3"]
-        specs["webshop"].overrides += ["custom_envs.WebShop.max_turns=3", "custom_envs.WebShopRL.max_turns=3", "actor_infer.generating_args.max_new_tokens=16"]
+        specs["webshop"].overrides += ["custom_envs.WebShopRL.max_turns=3", "actor_infer.generating_args.max_new_tokens=16"]
     return specs
 
 
