@@ -298,7 +298,20 @@ trust region) did not help this run (seed 42, the same SFT start, beside the tes
 most of it: RL wall 3831 s): FrozenLake 19 / 25 -> 45 / 48 (+23.4), the larger Sokoban 8 / 6 ->
 14 / 20 (+6.2), the different symbols -3.1; the format broke for a few steps twice and recovered
 (invalid training answers up to 70% at steps 74-92 and 17% at 154-160, `actor/ppo_kl_max` up to
-1.08). multi_env_grpo.yaml keeps lr 2e-4, beta2 0.999 and `early_stop_kl: 0.02` (the table)."""
+1.08). multi_env_grpo.yaml keeps lr 2e-4, beta2 0.999 and `early_stop_kl: 0.02` (the table).
+
+What holds the larger Sokoban back (that run's SFT and final models, 128 held-out rooms each, greedy;
+`python bench/greedy_probe.py MODEL --config configs/agentic/learning/multi_env_grpo.yaml --tag
+LargerSokoban --episodes 128 --first-move`, and `--tag SimpleSokoban`): the larger room is read about
+as well as the trained one. Its top first move is optimal in 47% of the rooms before RL and 51%
+after, where the simple rooms give 43% and 47%; but the multi-env run learns Sokoban itself far
+less than the Sokoban chain: 6% -> 15% greedy success on its own training rooms (the Sokoban
+chain: 3% -> 38%, with 57% optimal first moves). RL made the policy commit (top move probability
+0.44 -> 0.79 in the larger room), and in the larger room a committed policy without history that
+meets a move that changes nothing repeats it: 67% of the episodes end stuck that way after RL,
+37% before. So the larger Sokoban waits on the Sokoban in the multi-env run: half the
+groups per step of the Sokoban chain, from 1000 demonstrations at epsilon 0.1 where the Sokoban
+chain starts from 2000 clean ones."""
 
 
 WEBSHOP_NOTES = """WebShop (`--envs webshop`, configs/agentic/learning/webshop_*.yaml; `python bench/webshop_probe.py`

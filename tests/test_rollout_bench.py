@@ -91,7 +91,11 @@ def test_e2e_rl_config_is_vllm_without_hf_keys(e2e, tmp_path):
     assert loaded.custom_envs["FrozenLake"].turn_template == "{observation}"
     infer = cfg["actor_infer"]["strategy_args"]
     assert infer["strategy_name"] == "vllm" and "max_batch_size" not in infer["strategy_config"]
-    assert cfg["algorithm"]["adv_estimator"] == "gigpo" and cfg["algorithm"]["adv_estimator_args"] == {"step_weight": 1.0}
+    assert cfg["algorithm"]["adv_estimator"] == "gigpo"
+    assert cfg["algorithm"]["adv_estimator_args"] == {"step_weight": 1.0, "balance_episodes": True}
+    # frozenlake_grpo.yaml's optimizer merged over the base's training args, not in place of them
+    train = loaded.actor_train.training_args
+    assert train.lr == 5e-4 and list(train.adam_betas) == [0.9, 0.95] and train.per_device_train_batch_size == 64
     assert cfg["rollout_batch_size"] == 64
 
 
