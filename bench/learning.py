@@ -822,7 +822,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="run up to this many stages at once (the envs' chains and an env's RL runs side by side); "
                         "wall times then include the sharing of the CPU")
     p.add_argument("--reuse", action="store_true",
-                   help="skip stages already completed with the same command (see run_cmd)")
+                   help="skip stages already completed with the same command, configs and inputs (see run_cmd)")
     p.add_argument("--out", default="output/learning/bench", help="run directory (demos, SFT and RL outputs)")
     p.add_argument("--docs", default=None,
                    help="where the section and curves go (default docs/, or nowhere with --quick)")
