@@ -68,9 +68,13 @@ training success 37% -> 50-55% by step 50 and no further, the sampled tokens' me
 (`env/FrozenLake/token_nll`) 0.35 -> 0.09, and the share of groups whose 8 episodes all ended
 alike (`zero_std_groups`: nothing for a group-relative advantage to compare) 14% -> 50% at step 100
 and 70% at step 250; held-out success stayed at 46-54 from step 50 to 300. From the same SFT model
-(seed 42, 256 grids, greedy / sampled at step 50, 100): `balance_episodes` alone 47 / 47 at 50
-(stopped); dynamic sampling (`group_filter: zero_variance`, the DAPO remedy: groups that all end
-alike are replaced by new ones) 45 / 48, 48 / 52; lr 5e-4, betas (0.9, 0.95), cosine to 0 over the
+(seed 42, 256 grids, greedy / sampled at step 50, 100; `roll run
+configs/agentic/learning/frozenlake_grpo.yaml pretrain=<SFT final_model> max_steps=150` with
+`actor_train.training_args.lr=2e-4 'actor_train.training_args.adam_betas=[0.9,0.999]'
+actor_train.training_args.lr_scheduler_type=constant` and the change named): `balance_episodes`
+alone 47 / 47 at 50 (stopped); dynamic sampling (`train_env_manager.group_filter=zero_variance
+train_env_manager.max_group_refills=64`, without `balance_episodes`, the DAPO remedy: groups that
+all end alike are replaced by new ones) 45 / 48, 48 / 52; lr 5e-4, betas (0.9, 0.95), cosine to 0 over the
 run, with `balance_episodes` 64 / 56, 62 / 62, then 70 / 70 at 150 and 70 / 71 at 300 (the table's
 row: the same run). Its first 25 steps wobbled (invalid training answers 28%, `ppo_kl_max` up to
 0.81) and recovered. It too became deterministic (`token_nll` 0.01 and `zero_std_groups` above 90%
