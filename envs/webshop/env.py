@@ -20,15 +20,16 @@ from roll.envs.parsing import ParserConfig, extract_answer
 from roll.envs.webshop import pages
 from roll.envs.webshop.catalog import Catalog, load_catalog
 from roll.envs.webshop.goals import SPLIT_NAMES
-from roll.envs.webshop.reward import compute_reward
+from roll.envs.webshop.reward import compute_reward, option_matches
 
 _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
 MAX_OBS_CHARS = 200_000
+EXPERT_TARGETS = ("goal", "first_match")
 
 INSTRUCTION_TEMPLATE = """You are shopping on WebShop, a simulated online store. Your task: {goal}.
 Every turn you see the current web page as text (elements separated by [SEP]) followed by the actions available on it. Reply with exactly one action per turn:
 - search[keywords]: type keywords into the search bar (only on the search page);
-- click[element]: click a button, product id or option shown on the page (case-insensitive), for example click[next >], click[{example_asin}], click[blue], click[description], click[buy now].
+- click[element]: click a button, {product_ref} or option shown on the page (case-insensitive), for example click[next >], click[{example_asin}], click[blue], click[description], click[buy now].
 Choose the product's options on its page before buying. click[buy now] buys the product on the current page and ends the episode; the reward (0 to 1) measures how well the product, the chosen options and the price match the task.
 Answer format: <answer>search[red running shoes]</answer> or <answer>click[buy now]</answer>; you may think first inside <think>...</think>."""
 
@@ -67,6 +68,16 @@ class WebShopEnv(gym.Env):
         max_goal_options, max_goal_attributes: keep only the split's goals with at most this
             many options / attributes (None: all), an easier split with the same reward; the
             training split keeps its rarity weights.
+        product_refs: how a results page names its products and how the agent clicks one:
+            "asin" (the original: ``click[B0...]``, the id copied from the page) or "index"
+            (its position on the page, ``click[1]`` for the first: no id to copy). Pages,
+            search and reward are otherwise the same.
+        expert_target: what the expert (``expert_plan``, the demonstrations) buys: "goal" (the
+            goal's own product, paging to it wherever it ranks) or "first_match" (the first
+            product in ranking order, from the search page or the current results page, that
+            scores as well as the goal's product with the goal's options: usually the top hit,
+            which a policy can recognise from the page, where the goal's product is often a
+            page or two further down and looks like its neighbours). The reward is unchanged.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -76,7 +87,8 @@ class WebShopEnv(gym.Env):
                  catalog_path: Optional[str] = None,
                  show_instruction_in_page: bool = True, show_available_actions: bool = True,
                  render_mode: Optional[str] = None, results_per_page: int = pages.RESULTS_PER_PAGE,
-                 max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None):
+                 max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None,
+                 product_refs: str = "asin", expert_target: str = "goal"):
         if split not in SPLIT_NAMES:
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
@@ -87,6 +99,12 @@ class WebShopEnv(gym.Env):
         if results_per_page < 1:
             raise ValueError(f"results_per_page must be >= 1, got {results_per_page}")
         self.results_per_page = results_per_page
+        if product_refs not in pages.PRODUCT_REFS:
+            raise ValueError(f"product_refs must be one of {pages.PRODUCT_REFS}, got {product_refs!r}")
+        self.product_refs = product_refs
+        if expert_target not in EXPERT_TARGETS:
+            raise ValueError(f"expert_target must be one of {EXPERT_TARGETS}, got {expert_target!r}")
+        self.expert_target = expert_target
         self.goal_list = self.catalog.goals(split)
         self._train_p = self.catalog.weights.get("train")
         if max_goal_options is not None or max_goal_attributes is not None:
@@ -165,8 +183,11 @@ class WebShopEnv(gym.Env):
 
     # ------------------------------------------------------------------ helpers
     def instruction(self) -> str:
+        if self.product_refs == "index":
+            return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin="1",
+                                               product_ref="product's number on the results page")
         example = self.catalog.products[0]["asin"].lower()
-        return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin=example)
+        return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin=example, product_ref="product id")
 
     def available_actions(self) -> dict[str, Any]:
         """As the original's ``get_available_actions``: search bar present, lower-cased clickables."""
@@ -225,7 +246,7 @@ class WebShopEnv(gym.Env):
             else:
                 s.page, s.sub = "item", ""
         elif s.page == "results":
-            s.page, s.asin, s.options = "item", self.catalog.asin_of[target], {}
+            s.page, s.asin, s.options = "item", self._page.products[target], {}
         elif target == pages.BUY_NOW.lower():
             product = self.catalog.by_asin[s.asin]
             breakdown = compute_reward(product, self.goal, s.options)
@@ -249,7 +270,8 @@ class WebShopEnv(gym.Env):
         elif s.page == "results":
             lo = (s.result_page - 1) * self.results_per_page
             shown = [self.catalog.by_asin[a] for a in s.results[lo:lo + self.results_per_page]]
-            page = pages.results_page(instr, shown, s.result_page, len(s.results), self.results_per_page)
+            page = pages.results_page(instr, shown, s.result_page, len(s.results), self.results_per_page,
+                                      self.product_refs)
         elif s.page == "item":
             page = pages.item_page(instr, self.catalog.by_asin[s.asin])
         elif s.page == "sub":
@@ -274,9 +296,32 @@ class WebShopEnv(gym.Env):
             return query
         return self.catalog.by_asin[self.goal["asin"]]["title"]
 
+    def expert_choice(self, asin: str) -> tuple[float, dict[str, str]]:
+        """The score of buying ``asin`` with the goal's options as that product offers them, and
+        those choices ({option name: value}; a wanted option the product does not offer is left
+        to the reward's text look-up)."""
+        product = self.catalog.by_asin[asin]
+        chosen: dict[str, str] = {}
+        for wanted in self.goal["options"].values():
+            for name, values in product["options"].items():
+                value = next((v for v in values if option_matches(name, v, wanted)), None)
+                if value is not None and name not in chosen:
+                    chosen[name] = value
+                    break
+        return compute_reward(product, self.goal, chosen).score, chosen
+
+    def expert_pick(self, results: list[str]) -> str:
+        """The product the expert buys among ``results`` (ranked ids; see ``expert_target``)."""
+        target = self.goal["asin"]
+        if self.expert_target == "goal" or target not in results:
+            return target
+        best = self.expert_choice(target)[0]
+        return next(a for a in results if a == target or self.expert_choice(a)[0] >= best)
+
     def expert_plan(self) -> list[str]:
-        """The remaining actions (answer strings) that buy the goal's target with its options."""
-        s, target = self.state, self.goal["asin"]
+        """The remaining actions (answer strings) that buy the goal's target with its options
+        (with ``expert_target="first_match"``: the first product that scores as well)."""
+        s = self.state
         if s.page == "done":
             return []
         plan: list[str] = []
@@ -285,9 +330,14 @@ class WebShopEnv(gym.Env):
             page = "item"
         else:
             page = s.page
+        target = self.expert_pick(s.results) if page != "search" else self.goal["asin"]
         if page == "item" and s.asin != target:
-            plan.append("click[< prev]")
-            page = "results"
+            # an open product that scores as well is bought as it is
+            if self.expert_target == "first_match" and self.expert_choice(s.asin)[0] >= self.expert_choice(target)[0]:
+                target = s.asin
+            else:
+                plan.append("click[< prev]")
+                page = "results"
         if page == "results" and target not in s.results:
             plan.append("click[back to search]")
             page = "search"
@@ -296,16 +346,23 @@ class WebShopEnv(gym.Env):
             query = self.expert_query()
             plan.append(f"search[{query}]")
             results, current = self.catalog.search.search(query), 1
+            target = self.expert_pick(results)
             page = "results"
         chosen = dict(s.options) if page == "item" else {}
         if page == "results":
-            wanted = results.index(target) // self.results_per_page + 1
+            wanted, position = divmod(results.index(target), self.results_per_page)
+            wanted += 1
             step = "click[next >]" if wanted > current else "click[< prev]"
             plan += [step] * abs(wanted - current)
-            # the product id as the results page shows it (clicks are case-insensitive): copying
-            # it is then a token-for-token copy, where the lower-cased id tokenizes differently
-            plan.append(f"click[{target}]")
-        for name, value in self.goal["options"].items():
+            # the product as the results page names it: its position, or its id as the page
+            # shows it (clicks are case-insensitive, but copying the id is then a token-for-token
+            # copy, where the lower-cased id tokenizes differently)
+            plan.append(f"click[{position + 1 if self.product_refs == 'index' else target}]")
+        if target == self.goal["asin"]:
+            choices = self.goal["options"]
+        else:
+            choices = self.expert_choice(target)[1]
+        for name, value in choices.items():
             if chosen.get(name) != value:
                 plan.append(f"click[{value}]")
         plan.append("click[buy now]")

@@ -19,11 +19,16 @@ BUY_NOW = "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
 
 
+PRODUCT_REFS = ("asin", "index")
+
+
 @dataclass
 class Page:
     text: str
     clickables: list[str] = field(default_factory=list)
     has_search_bar: bool = False
+    # results pages: each product's clickable -> its asin
+    products: dict[str, str] = field(default_factory=dict)
 
 
 def price_tag(pricing: Sequence[float]) -> str:
@@ -45,7 +50,9 @@ def n_result_pages(n_results: int, per_page: int = RESULTS_PER_PAGE) -> int:
 
 
 def results_page(instruction: str | None, products: Sequence[dict[str, Any]], page: int, total: int,
-                 per_page: int = RESULTS_PER_PAGE) -> Page:
+                 per_page: int = RESULTS_PER_PAGE, refs: str = "asin") -> Page:
+    """``refs``: how a product is named and clicked: by its id, as the original ("asin"), or by
+    its position on this page, 1 to ``per_page`` ("index")."""
     parts = [*_header(instruction), BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]
     clickables = [BACK_TO_SEARCH.lower()]
     if page > 1:
@@ -54,10 +61,13 @@ def results_page(instruction: str | None, products: Sequence[dict[str, Any]], pa
     if page < n_result_pages(total, per_page):
         parts.append(NEXT_PAGE)
         clickables.append(NEXT_PAGE.lower())
-    for p in products:
-        parts += [p["asin"], p["title"], price_tag(p["pricing"])]
-        clickables.append(p["asin"].lower())
-    return Page(SEP.join(parts), clickables)
+    refs_to_asin = {}
+    for i, p in enumerate(products, 1):
+        ref = p["asin"] if refs == "asin" else str(i)
+        parts += [ref, p["title"], price_tag(p["pricing"])]
+        clickables.append(ref.lower())
+        refs_to_asin[ref.lower()] = p["asin"]
+    return Page(SEP.join(parts), clickables, products=refs_to_asin)
 
 
 def item_page(instruction: str | None, product: dict[str, Any]) -> Page:

@@ -189,6 +189,84 @@ def test_expert_clicks_the_product_id_as_the_results_page_shows_it(env):
     assert info["action_is_valid"] and env.state.page == "item" and env.state.asin == asin
 
 
+def test_index_product_refs_name_products_by_position():
+    """product_refs="index": a results page numbers its products 1..per page and click[2] opens the
+    second of this page (after Next >, the second of that page); the id is no longer clickable,
+    the reward is unchanged and the expert clicks the number."""
+    e = WebShopEnv(split="test", product_refs="index", results_per_page=3, show_available_actions=False)
+    e.reset(seed=0)
+    query = " ".join([e.goal["query"], *e.goal["attributes"]])
+    obs, *_ = e.step(ans(f"search[{query}]"))
+    results = e.state.results
+    assert e._page.clickables[-3:] == ["1", "2", "3"] and results[0] not in obs and " [SEP] 2 [SEP] " in obs
+    _, r, _, _, info = e.step(ans(f"click[{results[0]}]"))
+    assert not info["action_is_valid"] and e.state.page == "results"
+    e.step(ans("click[next >]"))
+    _, _, _, _, info = e.step(ans("click[2]"))
+    assert info["action_is_valid"] and e.state.page == "item" and e.state.asin == results[4]
+    assert "click[1]" in e.instruction() and "product id" not in e.instruction()
+    with pytest.raises(ValueError, match="product_refs"):
+        WebShopEnv(product_refs="title")
+    # the expert buys the same targets with the same reward under either naming
+    for seed in range(6):
+        rewards = []
+        for refs in ("asin", "index"):
+            e = WebShopEnv(split="test", product_refs=refs, results_per_page=3)
+            e.reset(seed=seed)
+            plan = e.expert_plan()
+            for a in plan:
+                _, r, term, _, _ = e.step(ans(a))
+            assert term
+            rewards.append(r)
+            if refs == "index":
+                assert any(a in ("click[1]", "click[2]", "click[3]") for a in plan)
+        assert rewards[0] == rewards[1]
+
+
+def test_first_match_expert_buys_the_first_product_that_scores_as_well():
+    """expert_target="first_match": the expert opens the first ranked product that scores as well as
+    the goal's own (usually the top hit) instead of paging to the goal's product; every purchase
+    still earns the goal product's reward, in fewer turns, and an open product that scores as well
+    is bought from where the expert takes over."""
+    kw = dict(split="test", results_per_page=3, max_goal_options=1, product_refs="index")
+    turns, page_turns, other_products = {}, {}, 0
+    for target in ("goal", "first_match"):
+        e = WebShopEnv(expert_target=target, **kw)
+        turns[target] = page_turns[target] = 0
+        for seed in range(40):
+            e.reset(seed=seed)
+            best = e.expert_choice(e.goal["asin"])[0]
+            while True:
+                action = e.expert_plan()[0]
+                page_turns[target] += action == "click[next >]"
+                _, r, term, trunc, info = e.step(ans(action))
+                turns[target] += 1
+                if term or trunc:
+                    break
+            assert term and r == pytest.approx(best)
+            if target == "first_match":
+                other_products += info["purchased"]["asin"] != e.goal["asin"]
+                # what it bought ranks no lower than the goal's product
+                assert e.state.results.index(info["purchased"]["asin"]) <= e.state.results.index(e.goal["asin"])
+    assert other_products >= 10 and turns["first_match"] < turns["goal"]
+    assert page_turns["first_match"] < page_turns["goal"] / 4
+    # taking over on another product's page that scores as well: choose its options and buy
+    e = WebShopEnv(expert_target="first_match", **kw)
+    for seed in range(40):
+        e.reset(seed=seed)
+        e.step(ans(e.expert_plan()[0]))
+        pick = e.expert_pick(e.state.results)
+        if pick != e.goal["asin"]:
+            break
+    position = e.state.results.index(pick) % 3 + 1
+    e.step(ans("click[next >]"))
+    e.step(ans("click[< prev]"))
+    e.step(ans(f"click[{position}]"))
+    assert e.state.asin == pick and e.expert_plan()[-1] == "click[buy now]" and "click[< prev]" not in e.expert_plan()
+    with pytest.raises(ValueError, match="expert_target"):
+        WebShopEnv(expert_target="cheapest")
+
+
 def test_determinism_same_seed_same_actions():
     def run(seed):
         e = WebShopEnv(split="train")
