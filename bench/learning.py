@@ -315,7 +315,18 @@ chain: 3% -> 38%, with 57% optimal first moves). RL made the policy commit (top 
 meets a move that changes nothing repeats it: 67% of the episodes end stuck that way after RL,
 37% before. So the larger Sokoban waits on the Sokoban in the multi-env run: half the
 groups per step of the Sokoban chain, from 1000 demonstrations at epsilon 0.1 where the Sokoban
-chain starts from 2000 clean ones."""
+chain starts from 2000 clean ones.
+
+Two runs tried to give the multi-env run's Sokoban more (seed 42, 128 held-out episodes per validation
+env and decoding mode; greedy / sampled in %). With the Sokoban chain's ingredients (2000 clean
+Sokoban demonstrations, 6 Sokoban and 2 FrozenLake groups per step, lr 5e-4 with beta2 0.95, the trust
+region kept; 600 SFT steps): the larger Sokoban went 5 / 10 -> 3 / 11 at step 50 -> 1 / 6 at step 100,
+FrozenLake 26 / 25 -> 19 / 22 -> 27 / 41 (stopped; 5 s per step alone). With one turn of history in
+every prompt (`train_env_manager.history_window=1 val_env_manager.history_window=1`, demonstrations
+rendered the same way; otherwise the table's recipe), so that a policy could see that its last move
+changed nothing: the larger Sokoban 6 / 8 -> 7 / 11 -> 8 / 7 at steps 0, 50, 100, FrozenLake 27 / 31 ->
+42 / 40 -> 38 / 34, training success on simple Sokoban flat at 28-33% (stopped at step 100). Neither
+moved the larger room within 100 steps, where the table's run had 12 / 22 at step 100."""
 
 
 WEBSHOP_NOTES = """WebShop (`--envs webshop`, configs/agentic/learning/webshop_*.yaml; `python bench/webshop_probe.py`
