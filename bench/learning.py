@@ -427,11 +427,8 @@ results page names its products 1 to 3 and `click[1]` opens the first, so no id 
 and the expert no longer pages to the goal's own product (85 page turns over 200 easy test goals:
 the page does not tell it from its neighbours) but buys the first product that scores as well with
 the goal's options (5 page turns; 4.0 turns per goal instead of 4.4; 95.1% of 1000 epsilon-0.1
-demonstrations buy with reward 1). The same probe (`python bench/webshop_probe.py --model
-roll-tiny://tiny --train-steps 800 --every 200 --lr 2e-3 --goals 48 --set
-custom_envs.WebShop.env_kwargs.product_refs=index --set
-custom_envs.WebShop.env_kwargs.expert_target=first_match`, and the same two for WebShopTest), at
-steps 200 / 400 / 600 / 800: the query names the product type on 56 / 100 / 98 / 100% of search pages
+demonstrations buy with reward 1). The same probe on these settings (`python bench/webshop_probe.py
+--model roll-tiny://tiny --train-steps 800 --every 200 --lr 2e-3 --goals 48`), at steps 200 / 400 / 600 / 800: the query names the product type on 56 / 100 / 98 / 100% of search pages
 and copies 9 / 46 / 55 / 57% of the attributes; a product is opened from 100 / 90 / 94 / 90% of
 results pages (the top hit 100 / 90 / 90 / 85%); on an item page the model does what the expert does
 on 56 / 70 / 74 / 77% (valid answers 76 / 91 / 94 / 97%). By id the 1500-step probe opened a product
