@@ -184,10 +184,10 @@ class WebShopEnv(gym.Env):
     # ------------------------------------------------------------------ helpers
     def instruction(self) -> str:
         if self.product_refs == "index":
-            return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin="1",
-                                               product_ref="product's number on the results page")
-        example = self.catalog.products[0]["asin"].lower()
-        return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin=example, product_ref="product id")
+            example, ref = "1", "product's number on the results page"
+        else:
+            example, ref = self.catalog.products[0]["asin"].lower(), "product id"
+        return INSTRUCTION_TEMPLATE.format(goal=self.goal["instruction"], example_asin=example, product_ref=ref)
 
     def available_actions(self) -> dict[str, Any]:
         """As the original's ``get_available_actions``: search bar present, lower-cased clickables."""
