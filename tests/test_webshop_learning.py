@@ -84,8 +84,10 @@ def test_webshop_spec_and_configs(bench):
     # goals neither demonstrated nor validated on, for RL experiments (not trained on by default)
     assert cfg.custom_envs["WebShopRL"].env_kwargs == {**train, "split": "validation"}
     assert whole["split"] == "test" and "max_goal_options" not in whole and "results_per_page" not in whole
-    # every split clicks products by their place on the page; the demonstrations buy the first match
-    assert train["product_refs"] == whole["product_refs"] == "index" and train["expert_target"] == "first_match"
+    # every split clicks products by their place on the page and marks the products opened; the
+    # demonstrations decide from the pages alone
+    assert train["product_refs"] == whole["product_refs"] == "index" and train["expert_target"] == "visible"
+    assert train["mark_viewed"] is True and whole["mark_viewed"] is True
     for tag in ("WebShop", "WebShopTest", "WebShopFull"):
         env = cfg.custom_envs[tag]
         assert not env.include_instruction and env.turn_template == "{observation}"

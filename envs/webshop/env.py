@@ -24,7 +24,7 @@ from roll.envs.webshop.reward import compute_reward, option_matches
 
 _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
 MAX_OBS_CHARS = 200_000
-EXPERT_TARGETS = ("goal", "first_match")
+EXPERT_TARGETS = ("goal", "first_match", "visible")
 
 INSTRUCTION_TEMPLATE = """You are shopping on WebShop, a simulated online store. Your task: {goal}.
 Every turn you see the current web page as text (elements separated by [SEP]) followed by the actions available on it. Reply with exactly one action per turn:
@@ -44,6 +44,7 @@ class _State:
     options: dict[str, str] = field(default_factory=dict)
     sub: str = ""
     score: float = 0.0
+    viewed: list[str] = field(default_factory=list)  # products opened from these results
 
     def key(self) -> tuple:
         return (self.page, self.keywords, self.result_page, self.asin, tuple(sorted(self.options.items())), self.sub)
@@ -77,7 +78,17 @@ class WebShopEnv(gym.Env):
             product in ranking order, from the search page or the current results page, that
             scores as well as the goal's product with the goal's options: usually the top hit,
             which a policy can recognise from the page, where the goal's product is often a
-            page or two further down and looks like its neighbours). The reward is unchanged.
+            page or two further down and looks like its neighbours) or "visible" (decides only
+            from what the pages show: opens the results in ranking order, skipping products
+            already opened since the search; on a product page whose options include every
+            option of the goal and whose price is within the goal's limit it picks them and
+            buys, elsewhere it goes back (``< Prev``) to the next product). With the expert's
+            query it buys the product "first_match" buys, but opens the products ranked above
+            it first, because a results page does not show a product's options.
+            The reward is unchanged.
+        mark_viewed: a results page marks the products opened since the search ("Viewed" after
+            the product's name), as a browser marks visited links: a policy that sees only the
+            current page can then tell which products it has tried.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -88,7 +99,7 @@ class WebShopEnv(gym.Env):
                  show_instruction_in_page: bool = True, show_available_actions: bool = True,
                  render_mode: Optional[str] = None, results_per_page: int = pages.RESULTS_PER_PAGE,
                  max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None,
-                 product_refs: str = "asin", expert_target: str = "goal"):
+                 product_refs: str = "asin", expert_target: str = "goal", mark_viewed: bool = False):
         if split not in SPLIT_NAMES:
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
@@ -105,6 +116,7 @@ class WebShopEnv(gym.Env):
         if expert_target not in EXPERT_TARGETS:
             raise ValueError(f"expert_target must be one of {EXPERT_TARGETS}, got {expert_target!r}")
         self.expert_target = expert_target
+        self.mark_viewed = bool(mark_viewed)
         self.goal_list = self.catalog.goals(split)
         self._train_p = self.catalog.weights.get("train")
         if max_goal_options is not None or max_goal_attributes is not None:
@@ -247,6 +259,8 @@ class WebShopEnv(gym.Env):
                 s.page, s.sub = "item", ""
         elif s.page == "results":
             s.page, s.asin, s.options = "item", self._page.products[target], {}
+            if s.asin not in s.viewed:
+                s.viewed.append(s.asin)
         elif target == pages.BUY_NOW.lower():
             product = self.catalog.by_asin[s.asin]
             breakdown = compute_reward(product, self.goal, s.options)
@@ -271,7 +285,7 @@ class WebShopEnv(gym.Env):
             lo = (s.result_page - 1) * self.results_per_page
             shown = [self.catalog.by_asin[a] for a in s.results[lo:lo + self.results_per_page]]
             page = pages.results_page(instr, shown, s.result_page, len(s.results), self.results_per_page,
-                                      self.product_refs)
+                                      self.product_refs, s.viewed if self.mark_viewed else ())
         elif s.page == "item":
             page = pages.item_page(instr, self.catalog.by_asin[s.asin])
         elif s.page == "sub":
@@ -324,6 +338,8 @@ class WebShopEnv(gym.Env):
         s = self.state
         if s.page == "done":
             return []
+        if self.expert_target == "visible":
+            return self._visible_plan()
         plan: list[str] = []
         if s.page == "sub":
             plan.append("click[< prev]")
@@ -354,16 +370,65 @@ class WebShopEnv(gym.Env):
             wanted += 1
             step = "click[next >]" if wanted > current else "click[< prev]"
             plan += [step] * abs(wanted - current)
-            # the product as the results page names it: its position, or its id as the page
-            # shows it (clicks are case-insensitive, but copying the id is then a token-for-token
-            # copy, where the lower-cased id tokenizes differently)
-            plan.append(f"click[{position + 1 if self.product_refs == 'index' else target}]")
+            plan.append(self._product_click(position, target))
         if target == self.goal["asin"]:
             choices = self.goal["options"]
         else:
             choices = self.expert_choice(target)[1]
-        for name, value in choices.items():
-            if chosen.get(name) != value:
-                plan.append(f"click[{value}]")
-        plan.append("click[buy now]")
-        return plan
+        return plan + self._buy(choices, chosen)
+
+    def _product_click(self, position: int, asin: str) -> str:
+        # the product as the results page names it: its position, or its id as the page shows it
+        # (clicks are case-insensitive, but copying the id is then a token-for-token copy, where
+        # the lower-cased id tokenizes differently)
+        return f"click[{position + 1 if self.product_refs == 'index' else asin}]"
+
+    @staticmethod
+    def _buy(choices: Mapping[str, str], chosen: Mapping[str, str]) -> list[str]:
+        return [f"click[{value}]" for name, value in choices.items() if chosen.get(name) != value] + ["click[buy now]"]
+
+    def offers_goal(self, asin: str) -> bool:
+        """Whether the product's page shows what the goal asks for: a value matching each of
+        the goal's options, and a price within the goal's limit (the attributes a page does
+        not list are not checked)."""
+        product = self.catalog.by_asin[asin]
+        limit = float(self.goal.get("price_upper") or 0)
+        if limit > 0 and float(product["price"]) > limit:
+            return False
+        return len(self.expert_choice(asin)[1]) == len(self.goal["options"])
+
+    def _visible_plan(self) -> list[str]:
+        """``expert_target="visible"``: the plan of an expert that decides from the pages alone."""
+        s = self.state
+        plan: list[str] = []
+        page = s.page
+        if page == "sub":
+            plan.append("click[< prev]")
+            page = "item"
+        if page == "item":
+            if self.offers_goal(s.asin):
+                return plan + self._buy(self.expert_choice(s.asin)[1], s.options)
+            plan.append("click[< prev]")
+            page = "results"
+        results, current, viewed = s.results, s.result_page, set(s.viewed)
+        if page == "search":
+            query = self.expert_query()
+            plan.append(f"search[{query}]")
+            results, current, viewed = self.catalog.search.search(query), 1, set()
+        # from the first product of the current results page on, in ranking order: the first
+        # not yet opened that offers the goal (or, if none does, the first not yet opened)
+        per = self.results_per_page
+        fresh = [r for r in range((current - 1) * per, len(results)) if results[r] not in viewed]
+        if not fresh:
+            return plan + ["click[back to search]"] if results else plan
+        pick = next((r for r in fresh if self.offers_goal(results[r])), fresh[0])
+        for r in fresh:
+            if r > pick:
+                break
+            wanted = r // per + 1
+            plan += ["click[next >]"] * (wanted - current)
+            current = wanted
+            plan.append(self._product_click(r % per, results[r]))
+            if r < pick:
+                plan.append("click[< prev]")
+        return plan + self._buy(self.expert_choice(results[pick])[1], {})

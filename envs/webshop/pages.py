@@ -17,6 +17,7 @@ NEXT_PAGE = "Next >"
 PREV_PAGE = "< Prev"
 BUY_NOW = "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
+VIEWED = "Viewed"
 
 
 PRODUCT_REFS = ("asin", "index")
@@ -50,9 +51,10 @@ def n_result_pages(n_results: int, per_page: int = RESULTS_PER_PAGE) -> int:
 
 
 def results_page(instruction: str | None, products: Sequence[dict[str, Any]], page: int, total: int,
-                 per_page: int = RESULTS_PER_PAGE, refs: str = "asin") -> Page:
+                 per_page: int = RESULTS_PER_PAGE, refs: str = "asin", viewed: Sequence[str] = ()) -> Page:
     """``refs``: how a product is named and clicked: by its id, as the original ("asin"), or by
-    its position on this page, 1 to ``per_page`` ("index")."""
+    its position on this page, 1 to ``per_page`` ("index"). A product whose id is in ``viewed``
+    carries a "Viewed" mark after its name (not clickable), as a browser shows a visited link."""
     parts = [*_header(instruction), BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]
     clickables = [BACK_TO_SEARCH.lower()]
     if page > 1:
@@ -64,7 +66,7 @@ def results_page(instruction: str | None, products: Sequence[dict[str, Any]], pa
     refs_to_asin = {}
     for i, p in enumerate(products, 1):
         ref = p["asin"] if refs == "asin" else str(i)
-        parts += [ref, p["title"], price_tag(p["pricing"])]
+        parts += [ref, *([VIEWED] if p["asin"] in viewed else []), p["title"], price_tag(p["pricing"])]
         clickables.append(ref.lower())
         refs_to_asin[ref.lower()] = p["asin"]
     return Page(SEP.join(parts), clickables, products=refs_to_asin)

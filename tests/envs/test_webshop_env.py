@@ -267,6 +267,74 @@ def test_first_match_expert_buys_the_first_product_that_scores_as_well():
         WebShopEnv(expert_target="cheapest")
 
 
+def test_mark_viewed_marks_opened_products_until_the_next_search():
+    """mark_viewed: after opening a product and going back, the results page marks it (not
+    clickable); a new search starts unmarked, and without the option no page changes."""
+    kw = dict(split="test", results_per_page=3, product_refs="index", show_available_actions=False)
+    e = WebShopEnv(mark_viewed=True, **kw)
+    plain = WebShopEnv(**kw)
+    pages = {}
+    for x in (e, plain):
+        x.reset(seed=3)
+        before, *_ = x.step(ans("search[chair]"))
+        x.step(ans("click[2]"))
+        pages[x], *_ = x.step(ans("click[< prev]"))
+    after = pages[e]
+    assert before.count("Viewed") == 0 and after.count("[SEP] 2 [SEP] Viewed [SEP] ") == 1
+    assert after.replace(" [SEP] Viewed", "") == before and "viewed" not in e._page.clickables
+    assert pages[plain] == before and e.state.viewed == [e.state.results[1]]
+    obs, *_ = e.step(ans("click[next >]"))
+    assert "Viewed" not in obs
+    obs, *_ = e.step(ans("click[< prev]"))
+    assert "Viewed" in obs
+    e.step(ans("click[back to search]"))
+    obs, *_ = e.step(ans("search[chair]"))
+    assert "Viewed" not in obs and e.state.viewed == []
+
+
+def test_visible_expert_decides_from_the_pages():
+    """expert_target="visible": every decision follows from the page shown (with viewed marks): on
+    a results page it opens the first unmarked product, on a product page it buys when the page
+    offers the goal's option within its price and goes back otherwise. With the expert's query it
+    buys what first_match buys, opening the products ranked above it first."""
+    kw = dict(split="test", results_per_page=3, max_goal_options=1, product_refs="index",
+              show_available_actions=False, mark_viewed=True)
+    e, fm = WebShopEnv(expert_target="visible", **kw), WebShopEnv(expert_target="first_match", **kw)
+    backs = same = 0
+    for seed in range(40):
+        e.reset(seed=seed)
+        fm.reset(seed=seed)
+        while True:
+            page, obs = e.state.page, e._obs
+            action = e.expert_plan()[0]
+            if page == "results":
+                # the first product on this page without a Viewed mark
+                shown = e.state.results[(e.state.result_page - 1) * 3:e.state.result_page * 3]
+                first = next(i for i, a in enumerate(shown, 1) if a not in e.state.viewed)
+                assert action == f"click[{first}]" and f"[SEP] {first} [SEP] Viewed" not in obs
+            elif page == "item":
+                offers = e.offers_goal(e.state.asin)
+                assert (action == "click[< prev]") == (not offers)
+                backs += not offers
+                if offers and action != "click[buy now]":
+                    # the option it clicks is on the page
+                    assert action[len("click["):-1].lower() in e._page.clickables
+            _, r, term, trunc, info = e.step(ans(action))
+            if term or trunc:
+                break
+        if term:
+            same += info["purchased"]["asin"] == fm.expert_pick(e.state.results)
+    assert backs >= 5 and same >= 36
+    # from a product page without the goal's option: back, then the next product on the page
+    for seed in range(40):
+        e.reset(seed=seed)
+        e.step(ans(e.expert_plan()[0]))
+        if not e.offers_goal(e.state.results[0]):
+            break
+    e.step(ans("click[1]"))
+    assert e.expert_plan()[:2] == ["click[< prev]", "click[2]"]
+
+
 def test_determinism_same_seed_same_actions():
     def run(seed):
         e = WebShopEnv(split="train")
