@@ -551,7 +551,8 @@ def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[floa
     2. ``use_kl_in_reward``: ``r_t -= kl_coef * kl_t`` on model tokens (``kl_coef`` from the
        pipeline's KL controller, default ``init_kl_coef``);
     3. the registered estimator ``cfg.adv_estimator``;
-    4. ``whiten_advantages``: masked whitening over the batch; then ``advantage_clip``;
+    4. ``whiten_advantages``: masked whitening over the batch; then ``advantage_clip``, then
+       ``advantage_floor``;
     5. zero outside ``response_mask``; a non-finite advantage is an error, not a silent NaN.
     """
     inputs.validate()
@@ -577,6 +578,10 @@ def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[floa
         adv = masked_whiten(adv, m)
     if cfg.advantage_clip is not None:
         adv = adv.clamp(-cfg.advantage_clip, cfg.advantage_clip)
+    if cfg.advantage_floor is not None:
+        floored = (adv < cfg.advantage_floor) & m.bool()
+        metrics["reward/floored_token_share"] = float(floored.sum()) / max(1, int(m.sum()))
+        adv = adv.clamp(min=cfg.advantage_floor)
     adv = adv * mf
     returns = out.returns * mf
     if not (torch.isfinite(adv).all() and torch.isfinite(returns).all()):

@@ -53,6 +53,12 @@ class AlgorithmConfig:
     """Clip each token reward (turn reward) to [-x, x] before the KL penalty and the estimator."""
     advantage_clip: Optional[float] = ranged(None, gt=0)
     """Clip advantages to [-x, x] (after whitening)."""
+    advantage_floor: Optional[float] = None
+    """Raise every advantage below this to it (after whitening and advantage_clip). 0 keeps only
+    the actions that did better than their group's average and leaves the others' tokens alone:
+    the update pushes up what worked and never pushes down what failed (self-imitation), which
+    keeps a small model whose failures are most of a batch from moving probability onto text that
+    is no action at all (docs/algorithms.md); null disables."""
     whiten_advantages: bool = False
     """Whiten advantages over all model tokens of the batch (masked mean/std), after the estimator."""
     use_kl_loss: bool = False

@@ -165,6 +165,20 @@ def test_reward_clip_whiten_and_advantage_clip():
     assert out.advantages.abs().max() <= 0.8 + 1e-12
 
 
+def test_advantage_floor_keeps_only_better_than_average_actions():
+    """advantage_floor 0: negative advantages become 0 (after advantage_clip), positive ones are
+    unchanged, nothing outside the mask; the share of model tokens floored is reported."""
+    rb = random_batch(5)
+    plain = compute_advantages(inputs_of(rb), cfg_for("grpo", advantage_clip=1.5))
+    out = compute_advantages(inputs_of(rb), cfg_for("grpo", advantage_clip=1.5, advantage_floor=0.0))
+    m = rb.response_mask.bool()
+    assert (plain.advantages[m] < 0).any() and (plain.advantages[m] > 0).any()
+    torch.testing.assert_close(out.advantages, plain.advantages.clamp(min=0) * rb.response_mask, rtol=0, atol=0)
+    assert out.metrics["reward/floored_token_share"] == pytest.approx(float((plain.advantages[m] < 0).double().mean()))
+    assert out.advantages[~m].abs().max() == 0
+    assert "reward/floored_token_share" not in plain.metrics
+
+
 # ---- hand-worked multi-turn GAE ------------------------------------------------------------
 def test_gae_hand_worked_multi_turn():
     # positions: 0 1 = prompt, 2 3 = turn 0, 4 5 = observation, 6 7 = turn 1, 8 = padding
