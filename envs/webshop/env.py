@@ -25,6 +25,7 @@ from roll.envs.webshop.reward import compute_reward, option_matches
 _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
 MAX_OBS_CHARS = 200_000
 EXPERT_TARGETS = ("goal", "first_match", "visible")
+PURCHASE_REWARDS = ("score", "success")
 
 INSTRUCTION_TEMPLATE = """You are shopping on WebShop, a simulated online store. Your task: {goal}.
 Every turn you see the current web page as text (elements separated by [SEP]) followed by the actions available on it. Reply with exactly one action per turn:
@@ -89,6 +90,11 @@ class WebShopEnv(gym.Env):
         mark_viewed: a results page marks the products opened since the search ("Viewed" after
             the product's name), as a browser marks visited links: a policy that sees only the
             current page can then tell which products it has tried.
+        purchase_reward: the reward of a purchase: "score", WebShop's (the share of the goal's
+            attributes, options and price matched, times the product-type match: 0 to 1), or
+            "success", 1 for a full match and 0 otherwise (a training reward that pays nothing
+            for a partial match; ``info["reward_breakdown"]`` and ``info["success"]`` are the
+            same under both).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -99,7 +105,8 @@ class WebShopEnv(gym.Env):
                  show_instruction_in_page: bool = True, show_available_actions: bool = True,
                  render_mode: Optional[str] = None, results_per_page: int = pages.RESULTS_PER_PAGE,
                  max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None,
-                 product_refs: str = "asin", expert_target: str = "goal", mark_viewed: bool = False):
+                 product_refs: str = "asin", expert_target: str = "goal", mark_viewed: bool = False,
+                 purchase_reward: str = "score"):
         if split not in SPLIT_NAMES:
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
@@ -117,6 +124,9 @@ class WebShopEnv(gym.Env):
             raise ValueError(f"expert_target must be one of {EXPERT_TARGETS}, got {expert_target!r}")
         self.expert_target = expert_target
         self.mark_viewed = bool(mark_viewed)
+        if purchase_reward not in PURCHASE_REWARDS:
+            raise ValueError(f"purchase_reward must be one of {PURCHASE_REWARDS}, got {purchase_reward!r}")
+        self.purchase_reward = purchase_reward
         self.goal_list = self.catalog.goals(split)
         self._train_p = self.catalog.weights.get("train")
         if max_goal_options is not None or max_goal_attributes is not None:
@@ -185,8 +195,9 @@ class WebShopEnv(gym.Env):
             reward = self.parser_config.format_penalty
         elif self.state.page == "done":
             terminated = True
-            reward = info["reward_breakdown"]["score"]
-            info["success"] = reward >= 1.0
+            score = info["reward_breakdown"]["score"]
+            info["success"] = score >= 1.0
+            reward = score if self.purchase_reward == "score" else float(info["success"])
         truncated = not terminated and self.steps >= self.max_steps
         return self._obs, float(reward), terminated, truncated, self._finish_info(info)
 

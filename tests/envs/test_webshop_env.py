@@ -292,6 +292,31 @@ def test_mark_viewed_marks_opened_products_until_the_next_search():
     assert "Viewed" not in obs and e.state.viewed == []
 
 
+def test_success_purchase_reward_pays_only_a_full_match():
+    """purchase_reward="success": a full match earns 1, a partial one 0 (WebShop's score stays in
+    the breakdown); success and the default reward are unchanged."""
+    kw = dict(split="test", results_per_page=3, product_refs="index", show_available_actions=False)
+    seen, partial = set(), 0
+    for seed, expert in [(s, x) for s in range(6) for x in (True, False)]:
+        outcomes = []
+        for mode in ("score", "success"):
+            e = WebShopEnv(purchase_reward=mode, **kw)
+            e.reset(seed=seed)
+            # the expert's whole plan, or its search and then the top hit bought as it is
+            plan = e.expert_plan() if expert else [e.expert_plan()[0], "click[1]", "click[buy now]"]
+            for action in plan:
+                _, r, term, _, info = e.step(ans(action))
+            assert term
+            outcomes.append((r, info["success"], info["reward_breakdown"]["score"]))
+        (r_score, ok, score), (r_success, ok2, score2) = outcomes
+        assert r_score == score == score2 and ok == ok2 and r_success == float(ok)
+        seen.add(ok)
+        partial += not ok and r_score > 0
+    assert seen == {True, False} and partial >= 3
+    with pytest.raises(ValueError, match="purchase_reward"):
+        WebShopEnv(purchase_reward="binary")
+
+
 def test_visible_expert_decides_from_the_pages():
     """expert_target="visible": every decision follows from the page shown (with viewed marks): on
     a results page it opens the first unmarked product, on a product page it buys when the page
