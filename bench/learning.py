@@ -421,8 +421,9 @@ A reading not measured further: with successes this rare, most of a batch's adva
 failing episodes, whose sampled tokens (largely miscopied ids) are pushed down, and the tiny model's
 probability moves to other text rather than to the right id.
 
-Products by their place on the page, and demonstrations that buy the first match (now
-webshop_rl_base.yaml: `product_refs: index`, `expert_target: first_match`; docs/envs/webshop.md). A
+Products by their place on the page, and demonstrations that buy the first match
+(webshop_rl_base.yaml: `product_refs: index`, still; `expert_target: first_match`, since replaced by
+the visible expert below; docs/envs/webshop.md). A
 results page names its products 1 to 3 and `click[1]` opens the first, so no id has to be copied;
 and the expert no longer pages to the goal's own product (85 page turns over 200 easy test goals:
 the page does not tell it from its neighbours) but buys the first product that scores as well with
