@@ -25,6 +25,8 @@ Shapes (``B`` samples, ``T`` token positions aligned to ``input_ids``):
 - ``kl`` [B, T]: per-token KL to the reference (for ``use_kl_in_reward``).
 - ``state_keys``, ``episode_ids``, ``step_ids`` [B]: step-mode samples for ``gigpo`` (one
   sample per turn; samples with equal ``(group_id, state_key)`` are the same env state).
+- ``turn_valid`` [B] lists: per episode turn, whether the env accepted its action (indexed by
+  ``turn_ids``; a turn past the list's end counts as valid), for ``invalid_action_advantage``.
 
 ``AdvantageOutputs.advantages`` and ``.returns`` are [B, T], zero outside ``response_mask``.
 """
@@ -59,13 +61,14 @@ class AdvantageInputs:
     state_keys: Optional[Sequence[Any]] = None
     episode_ids: Optional[Sequence[Any]] = None
     step_ids: Optional[Sequence[int]] = None
+    turn_valid: Optional[Sequence[Sequence[bool]]] = None
 
     @classmethod
     def from_batch(cls, batch: Any, kl: Optional[torch.Tensor] = None) -> "AdvantageInputs":
         """Read the fields by the names ``roll.data.trajectory.trajectories_to_batch`` writes:
         tensors ``token_rewards``, ``response_mask``, ``turn_ids``, ``values`` (if a critic
         filled it); non-tensors ``group_id``, ``env_tag``, and for step-mode samples
-        (``step_index >= 0``) ``state_key``, ``episode_id``, ``step_index``."""
+        (``step_index >= 0``) ``state_key``, ``episode_id``, ``step_index``; ``turn_valid``."""
         nt = batch.non_tensors
         steps = nt.get("step_index")
         step_mode = steps is not None and len(steps) > 0 and all(int(s) >= 0 for s in steps)
@@ -82,6 +85,7 @@ class AdvantageInputs:
             state_keys=list(nt["state_key"]) if step_mode else None,
             episode_ids=list(nt["episode_id"]) if step_mode else None,
             step_ids=[int(s) for s in steps] if step_mode else None,
+            turn_valid=[list(v) for v in nt["turn_valid"]] if "turn_valid" in nt else None,
         )
 
     @property
@@ -97,7 +101,7 @@ class AdvantageInputs:
             x = getattr(self, name)
             if x is not None and x.shape != r.shape:
                 raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(r.shape)}")
-        for name in ("group_ids", "tags", "state_keys", "episode_ids", "step_ids"):
+        for name in ("group_ids", "tags", "state_keys", "episode_ids", "step_ids", "turn_valid"):
             x = getattr(self, name)
             if x is not None and len(x) != self.batch_size:
                 raise ValueError(f"{name} has {len(x)} entries, expected batch size {self.batch_size}")
@@ -544,6 +548,29 @@ def tag_diagnostics(inputs: AdvantageInputs, adv: torch.Tensor) -> dict[str, flo
 
 
 # ---- the pipeline's entry point ------------------------------------------------------------
+def invalid_turn_mask(inputs: AdvantageInputs) -> torch.Tensor:
+    """[B, T] bool: the model tokens of turns whose action the env rejected (``turn_valid``).
+
+    Raises when the batch carries no validity (a batch built without
+    ``roll.data.trajectory.trajectories_to_batch``), so that a configured cap never silently
+    does nothing."""
+    if inputs.turn_valid is None:
+        raise ValueError("algorithm.invalid_action_advantage is set but the batch has no turn_valid "
+                         "(per-turn action validity from the env)")
+    m = inputs.response_mask
+    turns = inputs.turn_ids if inputs.turn_ids is not None else turn_ids_from_mask(m)
+    width = max((len(v) for v in inputs.turn_valid), default=0)
+    if width == 0:
+        return torch.zeros_like(m, dtype=torch.bool)
+    # row b's validity padded with True (unknown turns are valid), one extra column for turn -1
+    table = torch.ones(inputs.batch_size, width + 1, dtype=torch.bool)
+    for b, v in enumerate(inputs.turn_valid):
+        if len(v):
+            table[b, : len(v)] = torch.tensor([bool(x) for x in v], dtype=torch.bool)
+    idx = torch.where((turns >= 0) & (turns < width), turns, torch.full_like(turns, width)).long()
+    return ~table.gather(1, idx.to(table.device)).to(m.device) & m.bool()
+
+
 def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[float] = None) -> AdvantageOutputs:
     """Rewards -> advantages for one batch, as ``cfg`` (an AlgorithmConfig) says.
 
@@ -552,7 +579,7 @@ def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[floa
        pipeline's KL controller, default ``init_kl_coef``);
     3. the registered estimator ``cfg.adv_estimator``;
     4. ``whiten_advantages``: masked whitening over the batch; then ``advantage_clip``, then
-       ``advantage_floor``;
+       ``advantage_floor``, then ``invalid_action_advantage`` (the cap on turns the env rejected);
     5. zero outside ``response_mask``; a non-finite advantage is an error, not a silent NaN.
     """
     inputs.validate()
@@ -582,6 +609,12 @@ def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[floa
         floored = (adv < cfg.advantage_floor) & m.bool()
         metrics["reward/floored_token_share"] = float(floored.sum()) / max(1, int(m.sum()))
         adv = adv.clamp(min=cfg.advantage_floor)
+    if cfg.invalid_action_advantage is not None:
+        invalid = invalid_turn_mask(inputs) & m.bool()
+        capped = invalid & (adv > cfg.invalid_action_advantage)
+        metrics["reward/invalid_token_share"] = float(invalid.sum()) / max(1, int(m.sum()))
+        metrics["reward/invalid_capped_token_share"] = float(capped.sum()) / max(1, int(m.sum()))
+        adv = torch.where(capped, torch.full_like(adv, cfg.invalid_action_advantage), adv)
     adv = adv * mf
     returns = out.returns * mf
     if not (torch.isfinite(adv).all() and torch.isfinite(returns).all()):

@@ -59,6 +59,13 @@ class AlgorithmConfig:
     the update pushes up what worked and never pushes down what failed (self-imitation), which
     keeps a small model whose failures are most of a batch from moving probability onto text that
     is no action at all (docs/algorithms.md); null disables."""
+    invalid_action_advantage: Optional[float] = None
+    """Cap the advantage of every turn whose text the env rejected as no valid action (the env's
+    ``info["action_is_valid"]``) at this value, after ``advantage_floor``. 0: an invalid turn is
+    never pushed up, even inside an episode that earned more than its group (with an outcome
+    reward it otherwise shares that episode's advantage, and a zero format penalty makes it
+    free); a negative value pushes it down whatever its episode earned. Works in step and
+    trajectory mode (docs/algorithms.md); null disables."""
     whiten_advantages: bool = False
     """Whiten advantages over all model tokens of the batch (masked mean/std), after the estimator."""
     use_kl_loss: bool = False

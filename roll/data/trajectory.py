@@ -90,7 +90,7 @@ class Trajectory:
     """The conversation as text (for logging and trajectory dumps only; never re-tokenized)."""
     turn_actions: list[dict[str, Any]] = field(default_factory=list)
     """Per turn: what the env parsed from the model text (``actions``, ``valid``, ``error``);
-    for trajectory dumps only."""
+    for trajectory dumps, and ``valid`` for ``algorithm.invalid_action_advantage``."""
 
     def check(self) -> None:
         n = len(self.input_ids)
@@ -152,7 +152,8 @@ def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Bat
     each model token, -1 elsewhere), policy_versions (per token, -1 elsewhere), scores [B]
     (episode return), min_policy_version [B], temperature [B] (sampling temperature).
     non_tensors: group_id, env_tag, env_id, env_seed, success, num_turns, episode_id,
-    state_key, step_index, terminated, truncated, turn_versions, turn_rewards.
+    state_key, step_index, terminated, truncated, turn_versions, turn_rewards, turn_valid
+    (per episode turn: whether the env accepted the turn's action; True where unknown).
     """
     if not trajs:
         raise ValueError("trajectories_to_batch needs at least one trajectory")
@@ -197,6 +198,7 @@ def trajectories_to_batch(trajs: Sequence[Trajectory], pad_token_id: int) -> Bat
         "truncated": [t.truncated for t in trajs],
         "turn_versions": [list(t.turn_versions) for t in trajs],
         "turn_rewards": [list(t.turn_rewards) for t in trajs],
+        "turn_valid": [[bool(a.get("valid", True)) for a in t.turn_actions] for t in trajs],
     }
     return Batch(
         tensors={

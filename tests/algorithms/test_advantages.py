@@ -179,6 +179,65 @@ def test_advantage_floor_keeps_only_better_than_average_actions():
     assert "reward/floored_token_share" not in plain.metrics
 
 
+@pytest.mark.parametrize("cap", [0.0, -0.25])
+def test_invalid_action_advantage_caps_only_rejected_turns(cap):
+    """Trajectory mode: the tokens of turns marked invalid get min(advantage, cap) (after the
+    floor), every other token keeps its advantage; turns past a row's list count as valid."""
+    rb = random_batch(7)
+    turns = rb.turn_ids
+    n_turns = [int(turns[b].max()) + 1 for b in range(turns.shape[0])]
+    rng = random.Random(3)
+    valid = [[rng.random() < 0.5 for _ in range(max(n - 1, 0))] for n in n_turns]  # last turn unlisted
+    plain = compute_advantages(inputs_of(rb), cfg_for("grpo"))
+    out = compute_advantages(dataclasses.replace(inputs_of(rb), turn_valid=valid),
+                             cfg_for("grpo", invalid_action_advantage=cap))
+    m = rb.response_mask.bool()
+    invalid = torch.zeros_like(m)
+    for b, v in enumerate(valid):
+        for t, ok in enumerate(v):
+            invalid[b] |= (turns[b] == t) & (not ok)
+    invalid &= m
+    assert invalid.any() and (m & ~invalid).any()
+    assert (plain.advantages[invalid] > cap).any()  # the cap has something to do
+    expected = torch.where(invalid, plain.advantages.clamp(max=cap), plain.advantages)
+    torch.testing.assert_close(out.advantages, expected, rtol=0, atol=0)
+    share = float(invalid.sum()) / float(m.sum())
+    assert out.metrics["reward/invalid_token_share"] == pytest.approx(share)
+    capped = invalid & (plain.advantages > cap)
+    assert out.metrics["reward/invalid_capped_token_share"] == pytest.approx(float(capped.sum()) / float(m.sum()))
+    with pytest.raises(ValueError, match="turn_valid"):
+        compute_advantages(inputs_of(rb), cfg_for("grpo", invalid_action_advantage=0.0))
+
+
+def test_invalid_action_advantage_from_step_mode_batch():
+    """Step mode through trajectories_to_batch: each sample is one turn of its episode (token
+    turn ids are the episode's turn index); the env's per-turn validity reaches the cap."""
+    from roll.data.trajectory import Trajectory, trajectories_to_batch
+
+    def step(ep, turn, valid_list, ret):
+        return Trajectory(
+            input_ids=[5, 6, 7, 8], loss_mask=[0, 1, 1, 0], logprobs=[0.0] * 4,
+            token_turns=[-1, turn, turn, -1], token_versions=[-1, 0, 0, -1], turn_versions=[0],
+            turn_rewards=[0.0] * len(valid_list), final_reward=ret, episode_return=ret, group_id="g",
+            episode_id=ep, state_key=f"s{turn}", step_index=turn, num_turns=len(valid_list),
+            turn_actions=[{"actions": [], "valid": v, "error": ""} for v in valid_list])
+
+    # the winning episode's second turn was invalid; the losing one's turns were all valid
+    trajs = [step("win", 0, [True, False, True], 1.0), step("win", 1, [True, False, True], 1.0),
+             step("win", 2, [True, False, True], 1.0), step("lose", 0, [True, True], 0.0),
+             step("lose", 1, [True, True], 0.0)]
+    batch = trajectories_to_batch(trajs, pad_token_id=0)
+    assert batch.non_tensors["turn_valid"][1] == [True, False, True]
+    inputs = AdvantageInputs.from_batch(batch)
+    plain = compute_advantages(inputs, cfg_for("gigpo"))
+    out = compute_advantages(inputs, cfg_for("gigpo", invalid_action_advantage=0.0))
+    m = batch.tensors["response_mask"].bool()
+    assert (plain.advantages[0][m[0]] > 0).all() and (plain.advantages[1][m[1]] > 0).all()
+    assert (out.advantages[1] == 0).all()  # the invalid turn of a winning episode is not pushed up
+    for row in (0, 2, 3, 4):
+        torch.testing.assert_close(out.advantages[row], plain.advantages[row], rtol=0, atol=0)
+
+
 # ---- hand-worked multi-turn GAE ------------------------------------------------------------
 def test_gae_hand_worked_multi_turn():
     # positions: 0 1 = prompt, 2 3 = turn 0, 4 5 = observation, 6 7 = turn 1, 8 = padding
