@@ -85,6 +85,7 @@ def batch_advantages(batch: Batch, alg: Any, kl_ctl: Any) -> dict[str, float]:
         tags=list(nt["env_tag"]), kl=kl, state_keys=list(nt["state_key"]) if "state_key" in nt else None,
         episode_ids=list(nt["episode_id"]) if "episode_id" in nt else None,
         step_ids=list(nt["step_index"]) if "step_index" in nt else None,
+        turn_valid=[list(v) for v in nt["turn_valid"]] if "turn_valid" in nt else None,
     )
     out = compute_advantages(inputs, alg, kl_coef=kl_ctl.value)
     batch["advantages"] = out.advantages

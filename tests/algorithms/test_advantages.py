@@ -236,6 +236,13 @@ def test_invalid_action_advantage_from_step_mode_batch():
     assert (out.advantages[1] == 0).all()  # the invalid turn of a winning episode is not pushed up
     for row in (0, 2, 3, 4):
         torch.testing.assert_close(out.advantages[row], plain.advantages[row], rtol=0, atol=0)
+    # the pipelines' path (roll/pipelines/policy.py) reads the same field from the batch
+    from roll.algorithms.kl import build_kl_controller
+    from roll.pipelines.policy import batch_advantages
+    cfg = cfg_for("gigpo", invalid_action_advantage=0.0)
+    metrics = batch_advantages(batch, cfg, build_kl_controller(cfg))
+    torch.testing.assert_close(batch["advantages"], out.advantages.to(batch["advantages"].dtype), rtol=0, atol=1e-6)
+    assert metrics["reward/invalid_token_share"] == pytest.approx(2 / 10)
 
 
 # ---- hand-worked multi-turn GAE ------------------------------------------------------------
