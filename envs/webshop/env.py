@@ -26,6 +26,9 @@ _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*\.?\s*$", re.IGNORECAS
 MAX_OBS_CHARS = 200_000
 EXPERT_TARGETS = ("goal", "first_match", "visible")
 PURCHASE_REWARDS = ("score", "success")
+EXPERT_QUERIES = ("keywords", "instruction")
+PRICE_CLAUSE = re.compile(r",?\s*and price lower than [\d.]+ dollars\s*$")
+"""The shipped instructions' last clause (``expert_query="instruction"`` leaves it out)."""
 
 INSTRUCTION_TEMPLATE = """You are shopping on WebShop, a simulated online store. Your task: {goal}.
 Every turn you see the current web page as text (elements separated by [SEP]) followed by the actions available on it. Reply with exactly one action per turn:
@@ -95,6 +98,13 @@ class WebShopEnv(gym.Env):
             "success", 1 for a full match and 0 otherwise (a training reward that pays nothing
             for a partial match; ``info["reward_breakdown"]`` and ``info["success"]`` are the
             same under both).
+        expert_query: what the expert searches: "keywords" (the goal's product type and
+            attributes, as the original's demonstrations: words the instruction holds, picked
+            out of it) or "instruction" (the instruction as the page shows it, up to its price
+            clause: one span to copy instead of words to pick; BM25 drops the filler words as
+            stop words, and the goal's product ranks where it does for the keywords on every
+            easy test goal). Either falls back to the goal product's title when the goal's
+            product is not in the top 50.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -106,7 +116,7 @@ class WebShopEnv(gym.Env):
                  render_mode: Optional[str] = None, results_per_page: int = pages.RESULTS_PER_PAGE,
                  max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None,
                  product_refs: str = "asin", expert_target: str = "goal", mark_viewed: bool = False,
-                 purchase_reward: str = "score"):
+                 purchase_reward: str = "score", expert_query: str = "keywords"):
         if split not in SPLIT_NAMES:
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
@@ -127,6 +137,9 @@ class WebShopEnv(gym.Env):
         if purchase_reward not in PURCHASE_REWARDS:
             raise ValueError(f"purchase_reward must be one of {PURCHASE_REWARDS}, got {purchase_reward!r}")
         self.purchase_reward = purchase_reward
+        if expert_query not in EXPERT_QUERIES:
+            raise ValueError(f"expert_query must be one of {EXPERT_QUERIES}, got {expert_query!r}")
+        self.expert_query_kind = expert_query
         self.goal_list = self.catalog.goals(split)
         self._train_p = self.catalog.weights.get("train")
         if max_goal_options is not None or max_goal_attributes is not None:
@@ -314,9 +327,13 @@ class WebShopEnv(gym.Env):
 
     # ------------------------------------------------------------------ expert
     def expert_query(self) -> str:
-        """The keywords the expert searches: the goal's product type and attributes, or, when the
-        target does not make the top 50 for those, its title."""
-        query = " ".join([self.goal["query"], *self.goal["attributes"]])
+        """The keywords the expert searches (``expert_query``): the goal's product type and
+        attributes, or its instruction up to the price clause; when the target does not make the
+        top 50 for those, its title."""
+        if self.expert_query_kind == "instruction":
+            query = PRICE_CLAUSE.sub("", self.goal["instruction"]).strip()
+        else:
+            query = " ".join([self.goal["query"], *self.goal["attributes"]])
         if self.goal["asin"] in self.catalog.search.search(query):
             return query
         return self.catalog.by_asin[self.goal["asin"]]["title"]

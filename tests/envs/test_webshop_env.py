@@ -360,6 +360,33 @@ def test_visible_expert_decides_from_the_pages():
     assert e.expert_plan()[:2] == ["click[< prev]", "click[2]"]
 
 
+def test_instruction_expert_query_copies_the_instruction():
+    """expert_query="instruction": the expert searches the instruction as the page shows it, up
+    to the price clause; the goal's product ranks where it does for the keyword query (BM25
+    drops the filler words as stop words), and the visible expert solves the same goals."""
+    kw = dict(split="test", results_per_page=3, max_goal_options=1, product_refs="index",
+              show_available_actions=False, mark_viewed=True, expert_target="visible")
+    e, k = WebShopEnv(expert_query="instruction", **kw), WebShopEnv(**kw)
+    same_results = solved = 0
+    for seed in range(30):
+        e.reset(seed=seed)
+        k.reset(seed=seed)
+        first = e.expert_plan()[0]
+        goal = e.goal["instruction"]
+        assert first == f"search[{goal[:goal.index(', and price lower than')]}]"
+        assert "Instruction: [SEP] " + first[len("search["):-1] in e._obs  # a span of the page
+        ranked = [env.catalog.search.search(q) for env, q in ((e, first[7:-1]), (k, k.expert_query()))]
+        same_results += len({r.index(e.goal["asin"]) if e.goal["asin"] in r else -1 for r in ranked}) == 1
+        while True:
+            _, r, term, trunc, info = e.step(ans(e.expert_plan()[0]))
+            if term or trunc:
+                break
+        solved += bool(info["success"])
+    assert same_results >= 28 and solved >= 27
+    with pytest.raises(ValueError, match="expert_query"):
+        WebShopEnv(expert_query="title")
+
+
 def test_determinism_same_seed_same_actions():
     def run(seed):
         e = WebShopEnv(split="train")
