@@ -520,7 +520,10 @@ than it picked the words. The chain end to end (`python bench/learning.py --envs
 (WebShop's reward): invalid answers stay at 6-13%, but 12.5 / 7.8 at step 20 and 1.6 / 3.1 at 40;
 its episodes (steps 1-4 against 30-40) buy 59% -> 98% of the time, `buy now` on product pages
 18% -> 56%, `< prev` 27% -> 4%, successes 24% -> 11%: the partial-reward shortcut. The success
-reward with cap and floor 0: 12.5 / 9.4 at step 20 (invalid 24 / 20%).
+reward with cap and floor 0: 12.5 / 9.4 at step 20 (invalid 24 / 20%). The success reward with the
+cap at 0 and sampling at temperature 0.6 (`actor_infer.generating_args.temperature=0.6`, which the
+sampled validation uses too: 20.3 / 20.3 at step 0): 6.2 / 6.2 at step 20 and 12.5 / 12.5 at 40, invalid
+answers 8 / 9% -> 27 / 27%.
 
 What the invalid answers are (that last run, steps 15-22): on product pages an option the page
 does not show (`click[oak]` where it offers white and grey), on results pages an option value,
