@@ -529,7 +529,13 @@ What the invalid answers are (that last run, steps 15-22): on product pages an o
 does not show (`click[oak]` where it offers white and grey), on results pages an option value,
 and after a garbled search a page without products answered with more garbled text. Nothing
 pushed an invalid turn up there: the option clicks pushed up in successful episodes carry over to
-pages that do not offer the option, because the model does not tell those pages apart. Each way
+pages that do not offer the option, because the model does not tell those pages apart. The probe
+measures it (`python bench/webshop_probe.py --model M --max-new-tokens 64`, new item-page split,
+152 pages on the expert's walk over 64 held-out goals): on a page that offers the goal's option the
+SFT model clicks it 40% of the time; on one that lacks it, it goes back 42% and clicks the option
+anyway 23%. RL moves both kinds of page the same way: the success reward with the cap at 0 (20
+steps) 49% / back 19% / 54%, the cap at -0.5 8% / back 88% / 4%, the chain as configured (60 steps,
+the instruction-query model, which starts at the same 40 / 42 / 23) 14% / back 0% / 23%. Each way
 out measured so far fails on that one skill: WebShop's partial reward pays for the top hit bought
 as it is (the shortcut), the success reward with free invalid turns grows invalid answers, and a
 price on them (format penalty, negative cap, the step part weighed twice) moves the policy off

@@ -11,7 +11,9 @@ sees exactly the RL prompt (the page alone, chat template applied) and
   env's state and scored by page: on the search page whether it is a search, whether it names the
   goal's product type and how many of the goal's attributes it copies, and where the goal's
   target then ranks; on a results page whether it opens a product, the target or the top hit;
-  on an item page whether it does what the expert does (the goal's option, or buy now).
+  on an item page whether it does what the expert does (the goal's option, or buy now), apart
+  for pages that offer the goal's option and pages that lack it (where the visible expert goes
+  back): whether it goes back there, and how often it clicks the goal's option on each.
 
 It prints the prompt length per page in tokens and the expert's turns per goal too. Prints
 only (the chain's numbers live in docs/benchmarks.md, Learning).
@@ -90,6 +92,14 @@ def judge(env: Any, state: dict[str, Any], answer: str) -> dict[str, float]:
         expert = state["expert"]
         out["as_expert"] = float(info["action_is_valid"] and answer_action(answer) == expert.lower())
         out["expert_buys"] = float(expert == "click[buy now]")
+        # does the model tell a page that offers the goal's option from one that does not? (the
+        # visible expert goes back from the latter)
+        wanted = {f"click[{v}]".lower() for v in goal["options"].values()}
+        if expert == "click[< prev]":
+            out["lacking_back"] = out["as_expert"]
+            out["lacking_clicks_goal_option"] = float(answer_action(answer) in wanted)
+        elif expert.lower() in wanted:  # the page offers it and it is not chosen yet
+            out["offering_clicks_goal_option"] = float(answer_action(answer) in wanted)
     return out
 
 
