@@ -1,6 +1,7 @@
 """The WebShop learning chain (bench/learning.py --envs webshop): the easier split's env kwargs,
 the chain's spec and configs, its report rows and RESULT figures, and the page-by-page probe
 (bench/webshop_probe.py) judged on the expert's own answers."""
+from collections import Counter
 from pathlib import Path
 
 import gymnasium
@@ -13,6 +14,7 @@ from roll.envs.webshop import pages
 
 ROOT = Path(__file__).resolve().parent.parent
 EASY = dict(results_per_page=3, show_available_actions=False, max_goal_options=1)
+VISIBLE = dict(EASY, product_refs="index", expert_target="visible", mark_viewed=True)
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,27 @@ def test_probe_scores_the_expert_as_right_and_noise_as_wrong(probe):
             assert right["opens_target"] == right["opens_product"] == 1.0 and wrong["opens_product"] == 0.0
         elif s["page"] == "item":
             assert right["as_expert"] == 1.0 and wrong["as_expert"] == 0.0
+    # item pages apart: where the page lacks the goal's option (the visible expert goes back)
+    # and where it offers it (the expert clicks it)
+    visible = gymnasium.make("roll/WebShop-v0", split="test", **VISIBLE)
+    vstates, _ = probe.expert_states(visible, 12)
+    kinds = Counter()
+    for s in vstates:
+        if s["page"] != "item":
+            continue
+        option = next(iter(s["goal"]["options"].values()), None)
+        right = probe.judge(visible, s, format_answer([s["expert"]]))
+        if s["expert"] == "click[< prev]" and option:
+            clicks = probe.judge(visible, s, format_answer([f"click[{option}]"]))
+            assert right["lacking_back"] == 1.0 and right["lacking_clicks_goal_option"] == 0.0
+            assert clicks["lacking_back"] == 0.0 and clicks["lacking_clicks_goal_option"] == 1.0
+            kinds["lacking"] += 1
+        elif option and s["expert"] == f"click[{option}]".lower():
+            buys = probe.judge(visible, s, format_answer(["click[buy now]"]))
+            assert right["offering_clicks_goal_option"] == 1.0 and buys["offering_clicks_goal_option"] == 0.0
+            assert "lacking_back" not in right
+            kinds["offering"] += 1
+    assert kinds["lacking"] >= 1 and kinds["offering"] >= 1, kinds
     # judging restores the snapshot each time: the expert's state sequence is unchanged
     again, _ = probe.expert_states(env, 6)
     assert [s["expert"] for s in again] == [s["expert"] for s in states]
