@@ -535,7 +535,12 @@ measures it (`python bench/webshop_probe.py --model M --max-new-tokens 64`, new 
 SFT model clicks it 40% of the time; on one that lacks it, it goes back 42% and clicks the option
 anyway 23%. RL moves both kinds of page the same way: the success reward with the cap at 0 (20
 steps) 49% / back 19% / 54%, the cap at -0.5 8% / back 88% / 4%, the chain as configured (60 steps,
-the instruction-query model, which starts at the same 40 / 42 / 23) 14% / back 0% / 23%. Each way
+the instruction-query model, which starts at the same 40 / 42 / 23) 14% / back 0% / 23%. A longer
+SFT does not teach it either (`python bench/webshop_probe.py --model roll-tiny://tiny --train-steps 1600
+--every 400 --lr 2e-3 --max-new-tokens 64`, the chain's instruction-query demonstrations): at steps
+400 / 800 / 1200 / 1600 the same three read 17 / 15 / 12, 52 / 46 / 35, 51 / 38 / 27 and 59 / 46 / 31%,
+while the goal's product reaches the first results page after the model's search for 22, 30, 36 and
+38% of the goals (attributes copied 29, 50, 56, 59%). Each way
 out measured so far fails on that one skill: WebShop's partial reward pays for the top hit bought
 as it is (the shortcut), the success reward with free invalid turns grows invalid answers, and a
 price on them (format penalty, negative cap, the step part weighed twice) moves the policy off
