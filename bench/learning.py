@@ -545,8 +545,8 @@ out measured so far fails on that one skill: WebShop's partial reward pays for t
 as it is (the shortcut), the success reward with free invalid turns grows invalid answers, and a
 price on them (format penalty, negative cap, the step part weighed twice) moves the policy off
 product pages or into buying at once. RL at 32 episodes a step has not taught the tiny model to
-read whether a page offers the goal's option; the next step is a model that learns it in SFT
-(longer SFT or the small model, which costs about 8 times as much per token)."""
+read whether a page offers the goal's option, and twice the SFT steps add little of it; the next
+step is a model that can learn it (the small one costs about 8 times as much per token)."""
 
 
 WEBSHOP_PENDING = "WebShop is not in the table yet: no run of its chain has gained (below)."
