@@ -524,6 +524,9 @@ reward with cap and floor 0: 12.5 / 9.4 at step 20 (invalid 24 / 20%). The succe
 cap at 0 and sampling at temperature 0.6 (`actor_infer.generating_args.temperature=0.6`, which the
 sampled validation uses too: 20.3 / 20.3 at step 0): 6.2 / 6.2 at step 20 and 12.5 / 12.5 at 40, invalid
 answers 8 / 9% -> 27 / 27%.
+The success reward with the cap at 0 and 8 goals per step instead of 4 (`rollout_batch_size=64`): 20.3 / 7.8
+at step 20 and 20.3 / 20.3 at 40 (invalid answers 8 / 12% -> 21 / 22%; training success 6-36% per step, no
+trend): the first variant that ends no lower than it started, and no gain.
 
 What the invalid answers are (that last run, steps 15-22): on product pages an option the page
 does not show (`click[oak]` where it offers white and grey), on results pages an option value,
@@ -535,7 +538,8 @@ measures it (`python bench/webshop_probe.py --model M --max-new-tokens 64`, new 
 SFT model clicks it 40% of the time; on one that lacks it, it goes back 42% and clicks the option
 anyway 23%. RL moves both kinds of page the same way: the success reward with the cap at 0 (20
 steps) 49% / back 19% / 54%, the cap at -0.5 8% / back 88% / 4%, the chain as configured (60 steps,
-the instruction-query model, which starts at the same 40 / 42 / 23) 14% / back 0% / 23%. A longer
+the instruction-query model, which starts at the same 40 / 42 / 23) 14% / back 0% / 23%, 8 goals per
+step with the success reward and the cap at 0 (40 steps) 63% / back 0% / 62%. A longer
 SFT does not teach it either (`python bench/webshop_probe.py --model roll-tiny://tiny --train-steps 1600
 --every 400 --lr 2e-3 --max-new-tokens 64`, the chain's instruction-query demonstrations): at steps
 400 / 800 / 1200 / 1600 the same three read 17 / 15 / 12, 52 / 46 / 35, 51 / 38 / 27 and 59 / 46 / 31%,
