@@ -528,7 +528,7 @@ The success reward with the cap at 0 and 8 goals per step instead of 4 (`rollout
 at step 20 and 20.3 / 20.3 at 40 (invalid answers 8 / 12% -> 21 / 22%; training success 6-36% per step, no
 trend): the first variant that ends no lower than it started, and no gain.
 
-What the invalid answers are (that last run, steps 15-22): on product pages an option the page
+What the invalid answers are (the success reward with cap and floor 0, steps 15-22): on product pages an option the page
 does not show (`click[oak]` where it offers white and grey), on results pages an option value,
 and after a garbled search a page without products answered with more garbled text. Nothing
 pushed an invalid turn up there: the option clicks pushed up in successful episodes carry over to
@@ -548,7 +548,7 @@ while the goal's product reaches the first results page after the model's search
 out measured so far fails on that one skill: WebShop's partial reward pays for the top hit bought
 as it is (the shortcut), the success reward with free invalid turns grows invalid answers, and a
 price on them (format penalty, negative cap, the step part weighed twice) moves the policy off
-product pages or into buying at once. RL at 32 episodes a step has not taught the tiny model to
+product pages or into buying at once. RL at 32 or 64 episodes a step has not taught the tiny model to
 read whether a page offers the goal's option, and twice the SFT steps add little of it; the next
 step is a model that can learn it (the small one costs about 8 times as much per token)."""
 
