@@ -560,15 +560,12 @@ def invalid_turn_mask(inputs: AdvantageInputs) -> torch.Tensor:
     m = inputs.response_mask
     turns = inputs.turn_ids if inputs.turn_ids is not None else turn_ids_from_mask(m)
     width = max((len(v) for v in inputs.turn_valid), default=0)
-    if width == 0:
-        return torch.zeros_like(m, dtype=torch.bool)
     # row b's validity padded with True (unknown turns are valid), one extra column for turn -1
-    table = torch.ones(inputs.batch_size, width + 1, dtype=torch.bool)
+    table = torch.ones(inputs.batch_size, width + 1, dtype=torch.bool, device=m.device)
     for b, v in enumerate(inputs.turn_valid):
-        if len(v):
-            table[b, : len(v)] = torch.tensor([bool(x) for x in v], dtype=torch.bool)
+        table[b, : len(v)] = torch.tensor([bool(x) for x in v], dtype=torch.bool)
     idx = torch.where((turns >= 0) & (turns < width), turns, torch.full_like(turns, width)).long()
-    return ~table.gather(1, idx.to(table.device)).to(m.device) & m.bool()
+    return ~table.gather(1, idx) & m.bool()
 
 
 def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[float] = None) -> AdvantageOutputs:
@@ -610,7 +607,7 @@ def compute_advantages(inputs: AdvantageInputs, cfg: Any, kl_coef: Optional[floa
         metrics["reward/floored_token_share"] = float(floored.sum()) / max(1, int(m.sum()))
         adv = adv.clamp(min=cfg.advantage_floor)
     if cfg.invalid_action_advantage is not None:
-        invalid = invalid_turn_mask(inputs) & m.bool()
+        invalid = invalid_turn_mask(inputs)
         capped = invalid & (adv > cfg.invalid_action_advantage)
         metrics["reward/invalid_token_share"] = float(invalid.sum()) / max(1, int(m.sum()))
         metrics["reward/invalid_capped_token_share"] = float(capped.sum()) / max(1, int(m.sum()))
