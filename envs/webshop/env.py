@@ -8,7 +8,9 @@ Anything else is a no-op that earns the format penalty; nothing a model writes c
 """
 from __future__ import annotations
 
+import random
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -19,7 +21,8 @@ from roll.envs.base import MAX_TEXT_LENGTH, UnicodeText, build_parser_config, ch
 from roll.envs.parsing import ParserConfig, extract_answer
 from roll.envs.webshop import pages
 from roll.envs.webshop.catalog import Catalog, load_catalog
-from roll.envs.webshop.goals import SPLIT_NAMES
+from roll.envs.webshop import templates
+from roll.envs.webshop.goals import SPLIT_NAMES, FreshGoals
 from roll.envs.webshop.reward import compute_reward, option_matches
 
 _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*\.?\s*$", re.IGNORECASE | re.DOTALL)
@@ -52,6 +55,19 @@ class _State:
 
     def key(self) -> tuple:
         return (self.page, self.keywords, self.result_page, self.asin, tuple(sorted(self.options.items())), self.sub)
+
+
+_FRESH: dict[tuple, FreshGoals] = {}
+
+
+def _fresh_goals(catalog: Catalog, max_options: Optional[int], max_attributes: Optional[int]) -> FreshGoals:
+    """One FreshGoals per catalog and restriction, shared by the process's envs (read-only)."""
+    key = (id(catalog), max_options, max_attributes)
+    if key not in _FRESH:
+        plural_of = {t["name"]: t["plural"] for c in templates.CATEGORIES.values() for t in c["types"]}
+        held_out = catalog.goals("validation") + catalog.goals("test")
+        _FRESH[key] = FreshGoals(catalog.products, held_out, plural_of, max_options, max_attributes)
+    return _FRESH[key]
 
 
 class WebShopEnv(gym.Env):
@@ -105,6 +121,13 @@ class WebShopEnv(gym.Env):
             stop words, and the goal's product ranks where it does for the keywords on every
             easy test goal). Either falls back to the goal product's title when the goal's
             product is not in the top 50.
+        fresh_goals: (split "train" only) every reset draws a new goal from the catalog's products
+            by the rules the shipped goals were made with (goals.py ``FreshGoals``: 1-3 of the
+            product's attributes, one value per option, a price limit, an instruction from the same
+            templates), instead of one of the split's goals: a training set a model cannot learn by
+            heart (the easier split holds 519 training goals). No drawn goal has the target product
+            and options of a validation or test goal. ``max_goal_options`` and
+            ``max_goal_attributes`` apply; a seed draws the same goal every time.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -116,7 +139,7 @@ class WebShopEnv(gym.Env):
                  render_mode: Optional[str] = None, results_per_page: int = pages.RESULTS_PER_PAGE,
                  max_goal_options: Optional[int] = None, max_goal_attributes: Optional[int] = None,
                  product_refs: str = "asin", expert_target: str = "goal", mark_viewed: bool = False,
-                 purchase_reward: str = "score", expert_query: str = "keywords"):
+                 purchase_reward: str = "score", expert_query: str = "keywords", fresh_goals: bool = False):
         if split not in SPLIT_NAMES:
             raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
         if max_steps < 1:
@@ -153,6 +176,13 @@ class WebShopEnv(gym.Env):
         if not self.goal_list:
             raise ValueError(f"catalog {self.catalog.source} has no {split} goals"
                              f" (max_goal_options {max_goal_options}, max_goal_attributes {max_goal_attributes})")
+        self._fresh: Optional[FreshGoals] = None
+        if fresh_goals:
+            if split != "train":
+                raise ValueError(f"fresh_goals draws training goals; split must be 'train', got {split!r}")
+            if max_goal_attributes is not None and max_goal_attributes < 1:
+                raise ValueError(f"max_goal_attributes must be >= 1 with fresh_goals, got {max_goal_attributes}")
+            self._fresh = _fresh_goals(self.catalog, max_goal_options, max_goal_attributes)
         self.parser_config = build_parser_config(parser, format_penalty=format_penalty)
         if require_answer_tag is not None:
             self.parser_config.require_answer_tag = bool(require_answer_tag)
@@ -174,7 +204,11 @@ class WebShopEnv(gym.Env):
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
         options = options or {}
-        if "goal_index" in options:
+        if self._fresh is not None and "goal_index" not in options:
+            goal = self._fresh.draw(random.Random(int(self.np_random.integers(2**62))))
+            index = -1
+            self.goal = {**goal, "id": f"fresh-{goal['asin']}-{zlib.crc32(goal['instruction'].encode()):08x}"}
+        elif "goal_index" in options:
             index = int(options["goal_index"]) % len(self.goal_list)
         elif seed is not None and self.split != "train":
             index = seed % len(self.goal_list)  # evaluation: seed i is goal i, every goal once
@@ -182,7 +216,8 @@ class WebShopEnv(gym.Env):
             index = int(self.np_random.choice(len(self.goal_list), p=self._train_p))
         else:
             index = int(self.np_random.integers(len(self.goal_list)))
-        self.goal = self.goal_list[index]
+        if index >= 0:
+            self.goal = self.goal_list[index]
         self.state = _State()
         self.steps = 0
         self._render_state()

@@ -9,6 +9,7 @@ of its attributes, so that training does not ignore rare attributes (as in the o
 """
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from typing import Any, Sequence
@@ -68,6 +69,38 @@ def goal_for_product(product: dict[str, Any], attributes: Sequence[str], options
     }
 
 
+def _choose(product: dict[str, Any], rng: random.Random, attr_count: Counter,
+            max_attributes: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """A goal's attributes (1-3, rare ones preferred: weighted by inverse catalog frequency) and
+    one value for each of the product's option dimensions."""
+    attrs_pool = list(product["attributes"])
+    k = min(len(attrs_pool), rng.choice([1, 2, 2, 3]), max_attributes or len(attrs_pool))
+    chosen: list[str] = []
+    weights = [1.0 / attr_count[a] for a in attrs_pool]
+    while len(chosen) < k:
+        a = rng.choices(attrs_pool, weights=weights)[0]
+        i = attrs_pool.index(a)
+        chosen.append(a)
+        attrs_pool.pop(i)
+        weights.pop(i)
+    chosen.sort(key=product["attributes"].index)
+    options = {name: rng.choice(values) for name, values in sorted(product["options"].items()) if values}
+    return chosen, options
+
+
+def _complete(product: dict[str, Any], chosen: list[str], options: dict[str, str], rng: random.Random,
+              plural: bool) -> dict[str, Any]:
+    """The goal for these attributes and options: a price limit and the instruction's text."""
+    price_upper = price_upper_for(product["price"], rng)
+    text = instruction_text(product["query"], plural, chosen, options, price_upper, rng)
+    return goal_for_product(product, chosen, options, price_upper, text)
+
+
+def goal_key(goal: dict[str, Any]) -> tuple:
+    """What makes two goals the same task: the target product and the options to pick."""
+    return goal["asin"], tuple(sorted(goal["options"].items()))
+
+
 def make_goals(products: Sequence[dict[str, Any]], rng: random.Random, per_product: int = 2,
                plural_of: dict[str, bool] | None = None) -> list[dict[str, Any]]:
     """Goals for every product (``per_product`` distinct ones where the product allows).
@@ -81,37 +114,61 @@ def make_goals(products: Sequence[dict[str, Any]], rng: random.Random, per_produ
     for product in products:
         seen = set()
         for _ in range(per_product * 3):
-            if len(seen) >= per_product:
+            if len(seen) >= per_product or not product["attributes"]:
                 break
-            attrs_pool = list(product["attributes"])
-            if not attrs_pool:
-                break
-            k = min(len(attrs_pool), rng.choice([1, 2, 2, 3]))
-            # Prefer rare attributes: weight each by its inverse catalog frequency.
-            chosen: list[str] = []
-            weights = [1.0 / attr_count[a] for a in attrs_pool]
-            while len(chosen) < k:
-                a = rng.choices(attrs_pool, weights=weights)[0]
-                i = attrs_pool.index(a)
-                chosen.append(a)
-                attrs_pool.pop(i)
-                weights.pop(i)
-            chosen.sort(key=product["attributes"].index)
-            options = {name: rng.choice(values) for name, values in sorted(product["options"].items()) if values}
+            chosen, options = _choose(product, rng, attr_count)
             key = (tuple(chosen), tuple(options.items()))
             if key in seen:
                 continue
             seen.add(key)
-            price_upper = price_upper_for(product["price"], rng)
-            text = instruction_text(product["query"], plural_of.get(product["query"], False), chosen, options,
-                                    price_upper, rng)
-            goal = goal_for_product(product, chosen, options, price_upper, text)
+            goal = _complete(product, chosen, options, rng, plural_of.get(product["query"], False))
             score = compute_reward(product, goal, options).score
             if score != 1.0:
-                raise ValueError(f"goal {text!r} scores {score} on its own product {product['asin']}")
+                raise ValueError(f"goal {goal['instruction']!r} scores {score} on its own product {product['asin']}")
             goals.append(goal)
     set_weights(goals)
     return goals
+
+
+class FreshGoals:
+    """Draws new goals by make_goals' rules from a catalog's products, one per call: a training
+    set without end, so that a model cannot learn its goals by heart.
+
+    No drawn goal shares its target product and options with a goal in ``held_out`` (the
+    validation and test goals): those stay unseen tasks. ``max_options`` / ``max_attributes``
+    restrict the goals as the env's easier splits do. Every goal scores 1.0 on its own product.
+    """
+
+    def __init__(self, products: Sequence[dict[str, Any]], held_out: Sequence[dict[str, Any]],
+                 plural_of: dict[str, bool] | None = None, max_options: int | None = None,
+                 max_attributes: int | None = None):
+        self.plural_of = plural_of or {}
+        self.max_attributes = max_attributes
+        self.attr_count = Counter(a for p in products for a in p["attributes"])
+        self.held_out = {goal_key(g) for g in held_out}
+        self.products = [p for p in products if p["attributes"]
+                         and (max_options is None or sum(1 for v in p["options"].values() if v) <= max_options)
+                         and self._free_choices(p)]
+        if not self.products:
+            raise ValueError("no product of the catalog can make a fresh goal"
+                             f" (max_options {max_options}, every option choice held out)")
+
+    def _free_choices(self, product: dict[str, Any]) -> bool:
+        dims = sorted((name, values) for name, values in product["options"].items() if values)
+        for combo in itertools.product(*(values for _, values in dims)):
+            if (product["asin"], tuple(zip((n for n, _ in dims), combo))) not in self.held_out:
+                return True
+        return False
+
+    def draw(self, rng: random.Random, max_tries: int = 1000) -> dict[str, Any]:
+        for _ in range(max_tries):
+            product = self.products[rng.randrange(len(self.products))]
+            chosen, options = _choose(product, rng, self.attr_count, self.max_attributes)
+            goal = _complete(product, chosen, options, rng, self.plural_of.get(product["query"], False))
+            if goal_key(goal) in self.held_out or compute_reward(product, goal, options).score != 1.0:
+                continue
+            return goal
+        raise RuntimeError(f"no fresh goal in {max_tries} draws")
 
 
 def set_weights(goals: list[dict[str, Any]]) -> None:

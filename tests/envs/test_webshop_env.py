@@ -387,6 +387,85 @@ def test_instruction_expert_query_copies_the_instruction():
         WebShopEnv(expert_query="title")
 
 
+def test_fresh_goals_draw_unseen_training_goals():
+    """fresh_goals: every reset draws a new goal by the shipped goals' rules: an instruction from
+    the same templates for 1-3 of the target's attributes and its options, solvable (the visible
+    expert solves them as it does the shipped ones), never the target and options of a held-out
+    goal, the same goal for the same seed, and within max_goal_options / max_goal_attributes."""
+    from roll.envs.webshop.goals import goal_key
+
+    kw = dict(results_per_page=3, max_goal_options=1, product_refs="index", show_available_actions=False,
+              mark_viewed=True, expert_target="visible", expert_query="instruction")
+    e = WebShopEnv(split="train", fresh_goals=True, **kw)
+    held_out = {goal_key(g) for s in ("validation", "test") for g in e.catalog.goals(s)}
+    shipped = {g["instruction"] for g in e.catalog.goals("train")}
+    seen, solved, n = set(), 0, 60
+    for seed in range(n):
+        obs, info = e.reset(seed=seed)
+        g = e.goal
+        assert goal_key(g) not in held_out and len(g["options"]) <= 1 and 1 <= len(g["attributes"]) <= 3
+        assert set(g["attributes"]) <= set(e.catalog.by_asin[g["asin"]]["attributes"])
+        assert g["instruction"] in obs and info["goal_id"] == g["id"] and g["id"].startswith(f"fresh-{g['asin']}-")
+        seen.add(g["instruction"])
+        while True:
+            _, r, term, trunc, info = e.step(ans(e.expert_plan()[0]))
+            if term or trunc:
+                break
+        solved += bool(info["success"])
+    assert len(seen) == n and len(seen & shipped) <= 3 and solved >= 0.9 * n
+    e.reset(seed=7)
+    first = e.goal
+    e.reset(seed=8)
+    e.reset(seed=7)
+    assert e.goal == first
+    # goal_index still picks a shipped goal; max_goal_attributes caps the attributes drawn
+    e.reset(seed=1, options={"goal_index": 3})
+    assert e.goal == e.goal_list[3]
+    one = WebShopEnv(split="train", fresh_goals=True, max_goal_attributes=1)
+    for seed in range(20):
+        one.reset(seed=seed)
+        assert len(one.goal["attributes"]) == 1
+    with pytest.raises(ValueError, match="split must be 'train'"):
+        WebShopEnv(split="test", fresh_goals=True)
+    with pytest.raises(ValueError, match="max_goal_attributes"):
+        WebShopEnv(split="train", fresh_goals=True, max_goal_attributes=0)
+
+
+def test_fresh_goals_follow_make_goals_rules():
+    """A fresh goal is what make_goals would write for its product: the instruction names the
+    product type, the chosen attributes, every option as "name: value" and the price limit, and
+    the goal scores 1.0 on its own product with its own options; held-out keys are never drawn,
+    also when a product has only held-out choices left."""
+    import itertools
+    import random
+
+    from roll.envs.webshop.goals import FreshGoals, goal_key
+    from roll.envs.webshop.reward import compute_reward
+
+    e = WebShopEnv(split="train")
+    products = e.catalog.products[:40]
+    fresh = FreshGoals(products, held_out=[])
+    rng = random.Random(0)
+    for _ in range(50):
+        g = fresh.draw(rng)
+        product = e.catalog.by_asin[g["asin"]]
+        assert g["query"] in g["instruction"] and all(a in g["instruction"] for a in g["attributes"])
+        assert all(f"{k}: {v}" in g["instruction"] for k, v in g["options"].items())
+        assert g["price_upper"] == 0 or f"price lower than {g['price_upper']:.2f} dollars" in g["instruction"]
+        assert compute_reward(product, g, g["options"]).score == 1.0
+    # hold out every choice of the first product: it is never drawn, the others still are
+    p0 = products[0]
+    dims = sorted((k, v) for k, v in p0["options"].items() if v)
+    every = [{"asin": p0["asin"], "options": dict(zip([k for k, _ in dims], combo))}
+             for combo in itertools.product(*(v for _, v in dims))]
+    fresh = FreshGoals(products, held_out=every)
+    assert p0 not in fresh.products and len(fresh.products) == len(products) - 1
+    assert all(fresh.draw(rng)["asin"] != p0["asin"] for _ in range(100))
+    assert all(goal_key(fresh.draw(rng)) not in {goal_key(g) for g in every} for _ in range(20))
+    with pytest.raises(ValueError, match="no product"):
+        FreshGoals(products[:1], held_out=every)
+
+
 def test_determinism_same_seed_same_actions():
     def run(seed):
         e = WebShopEnv(split="train")
