@@ -595,7 +595,7 @@ WEBSHOP_EPSILON = 0.1
 SFT_CHECKPOINTS = 6
 """Checkpoints per SFT stage (and RL stages save at each validation round): an interrupted
 chain rerun with --reuse resumes its stage from the last one."""
-WEBSHOP_SFT_STEPS = 800
+WEBSHOP_SFT_STEPS = 2000
 
 
 def env_specs(quick: bool) -> dict[str, EnvSpec]:
@@ -625,7 +625,7 @@ def env_specs(quick: bool) -> dict[str, EnvSpec]:
     specs["webshop"] = EnvSpec(
         name="webshop", tag="WebShopTest", sft_config=f"{CFG}/webshop_sft.yaml",
         rl_configs={"grpo": f"{CFG}/webshop_grpo.yaml"},
-        epsilon=WEBSHOP_EPSILON, episodes=1000, sft_steps=WEBSHOP_SFT_STEPS, rl_steps=60, eval_steps=20,
+        epsilon=WEBSHOP_EPSILON, episodes=8000, sft_steps=WEBSHOP_SFT_STEPS, rl_steps=40, eval_steps=20,
         val_tags=["WebShopTest", "WebShopFull"])
     if quick:
         # Same chain, every stage as small as it goes: the run time is Ray start-ups.

@@ -82,9 +82,11 @@ def test_webshop_spec_and_configs(bench):
     assert cfg.val_env_manager.seed_offset == 100000 and set(cfg.val_decoding) == {"sampled", "greedy"}
     train, test, whole = (cfg.custom_envs[t].env_kwargs for t in ("WebShop", "WebShopTest", "WebShopFull"))
     # validation on held-out goals of the same easier split, and on the full benchmark's
-    assert train["split"] == "train" and test == {**train, "split": "test"}
+    # training draws fresh goals and pays a full match only; otherwise the same env
+    assert train["split"] == "train" and train["fresh_goals"] and train["purchase_reward"] == "success"
+    assert test == {k: v for k, v in {**train, "split": "test"}.items() if k not in ("fresh_goals", "purchase_reward")}
     # goals neither demonstrated nor validated on, for RL experiments (not trained on by default)
-    assert cfg.custom_envs["WebShopRL"].env_kwargs == {**train, "split": "validation"}
+    assert cfg.custom_envs["WebShopRL"].env_kwargs == {**test, "split": "validation"}
     assert whole["split"] == "test" and "max_goal_options" not in whole and "results_per_page" not in whole
     # every split clicks products by their place on the page and marks the products opened; the
     # demonstrations decide from the pages alone
