@@ -206,25 +206,26 @@ class WebShopEnv(gym.Env):
         options = options or {}
         if self._fresh is not None and "goal_index" not in options:
             goal = self._fresh.draw(random.Random(int(self.np_random.integers(2**62))))
-            index = -1
             self.goal = {**goal, "id": f"fresh-{goal['asin']}-{zlib.crc32(goal['instruction'].encode()):08x}"}
-        elif "goal_index" in options:
-            index = int(options["goal_index"]) % len(self.goal_list)
-        elif seed is not None and self.split != "train":
-            index = seed % len(self.goal_list)  # evaluation: seed i is goal i, every goal once
-        elif self.split == "train":
-            index = int(self.np_random.choice(len(self.goal_list), p=self._train_p))
+            goal_id = self.goal["id"]
         else:
-            index = int(self.np_random.integers(len(self.goal_list)))
-        if index >= 0:
+            if "goal_index" in options:
+                index = int(options["goal_index"]) % len(self.goal_list)
+            elif seed is not None and self.split != "train":
+                index = seed % len(self.goal_list)  # evaluation: seed i is goal i, every goal once
+            elif self.split == "train":
+                index = int(self.np_random.choice(len(self.goal_list), p=self._train_p))
+            else:
+                index = int(self.np_random.integers(len(self.goal_list)))
             self.goal = self.goal_list[index]
+            goal_id = self.goal.get("id", str(index))
         self.state = _State()
         self.steps = 0
         self._render_state()
         info = {
             "instruction": self.instruction(),
             "goal": self.goal["instruction"],
-            "goal_id": self.goal.get("id", str(index)),
+            "goal_id": goal_id,
             "available_actions": self.available_actions(),
         }
         return self._obs, info

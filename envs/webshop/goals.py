@@ -156,7 +156,7 @@ class FreshGoals:
     def _free_choices(self, product: dict[str, Any]) -> bool:
         dims = sorted((name, values) for name, values in product["options"].items() if values)
         for combo in itertools.product(*(values for _, values in dims)):
-            if (product["asin"], tuple(zip((n for n, _ in dims), combo))) not in self.held_out:
+            if goal_key({"asin": product["asin"], "options": dict(zip((n for n, _ in dims), combo))}) not in self.held_out:
                 return True
         return False
 
