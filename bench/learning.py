@@ -610,7 +610,9 @@ differs by the discount alone, which mean_std blew up to a full advantage), weig
 same (`loss_agg_mode: seq-mean-token-mean`: with token-mean a 40-token search answer weighed 3 to 8
 clicks) and never pushes up an invalid turn (`invalid_action_advantage: 0`). From the same SFT
 model, 40 steps each: the first two alone 64.1 / 59.4 at 20, 59.4 / 57.8 at 40 (greedy invalid
-answers 7% -> 20%); all three 62.5 / 51.6 at 20, 64.1 / 59.4 at 40 (full 28.1 / 32.8); the
+answers 7% -> 20%); all three 62.5 / 51.6 at 20, 64.1 / 59.4 at 40 (full 28.1 / 32.8; the table's row: the chain rerun
+with them, `--reuse` keeping its demonstrations and SFT model, gave the same numbers, RL 770 s, 41
+minutes in all); the
 self-imitation floor with the cap (`algorithm.advantage_floor=0 algorithm.invalid_action_advantage=0`
 with mean_std and token-mean) 64.1 / 54.7 at 20, 67.2 / 48.4 at 40; centred rewards alone with rollouts at
 temperature 0.6 (sampled validation at 0.6 too: start 70.3 / 59.4) 70.3 / 68.8 at 20, 62.5 / 67.2 at
