@@ -619,7 +619,8 @@ self-imitation floor with the cap (`algorithm.advantage_floor=0 algorithm.invali
 with mean_std and token-mean) 64.1 / 54.7 at 20, 67.2 / 48.4 at 40; centred rewards alone with rollouts at
 temperature 0.6 (sampled validation at 0.6 too: start 70.3 / 59.4) 70.3 / 68.8 at 20, 62.5 / 67.2 at
 40, its probe: exact copies 94% -> 73%, the goal's product on the first page 72% -> 64%, back from a
-page lacking the option 50% -> 38%; all three at 0.6: 67.2 / 68.8 at 20, 65.6 / 67.2 at 40. On all 243 easy test goals (`val_batch_size=243
+page lacking the option 50% -> 38%; all three at 0.6: 67.2 / 68.8 at 20, 65.6 / 67.2 at 40; all three at half the
+lr (5e-5): 68.8 / 48.4 at 20, 67.2 / 50.0 at 40 (less lost, less gained). On all 243 easy test goals (`val_batch_size=243
 'val_env_manager.tags=[WebShopTest]'`, one step) the SFT model scores 67.9 / 45.7, the three
 together 60.1 / 56.0 and the floor 61.3 / 52.3: the greedy loss is real, not the 64 goals' noise
 (a standard error of about 6 points). A shorter SFT start leaves RL more room and does not help
