@@ -22,7 +22,7 @@ from roll.config import load_config
 from roll.config.validate import ConfigError
 from roll.config.rollout import EnvConfig, EnvManagerConfig
 from roll.envs.agents import demo_agent
-from roll.rollout.env_manager import format_turn
+from roll.rollout.env_manager import action_feedback, format_turn
 
 DEMO_SEED_BASE = 50_000_000
 """Demonstration episodes use env seeds from here on: far from training and validation seeds."""
@@ -40,12 +40,13 @@ def episode_messages(env_cfg: EnvConfig, env: Any, agent: Any, seed: int) -> tup
     obs, info = env.reset(seed=seed)
     instruction = str(info.get("instruction", "")) if env_cfg.include_instruction else ""
     messages: list[dict] = []
-    reward, success, turn = 0.0, False, 0
+    reward, success, turn, feedback = 0.0, False, 0, ""
     tool_results: list[str] | None = None
     while turn < env_cfg.max_turns:
         if tool_results is None:
             text = format_turn(env_cfg.turn_template, turn_idx=turn + 1, observation=str(obs),
-                               actions_left=env_cfg.max_turns - turn, reward=reward, max_turns=env_cfg.max_turns)
+                               actions_left=env_cfg.max_turns - turn, reward=reward, max_turns=env_cfg.max_turns,
+                               feedback=feedback)
             if turn == 0 and instruction:
                 text = f"{instruction}\n\n{text}"
             messages.append({"role": "user", "content": text})
@@ -62,6 +63,7 @@ def episode_messages(env_cfg: EnvConfig, env: Any, agent: Any, seed: int) -> tup
         tool_results = None
         obs, reward, terminated, truncated, info = env.step(answer)
         success = success or bool(info.get("success", False))
+        feedback = action_feedback(info)
         if terminated or truncated:
             break
     return messages, {"success": success, "turns": turn, "instruction": instruction}

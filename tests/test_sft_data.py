@@ -24,6 +24,30 @@ def test_episode_messages_follow_the_turn_template_and_instruction_switch():
     assert [m["content"] for m in msgs2[1::2]] == [m["content"] for m in msgs[1::2]]
 
 
+def test_episode_messages_render_feedback_as_the_env_manager_does():
+    """{feedback} after an answer that is no action and after a move that changes nothing, the
+    same text as in rollouts (roll/rollout/env_manager.py action_feedback)."""
+    from roll.rollout.env_manager import action_feedback
+
+    class Fumbling:
+        answers = ["junk", "<answer>Up</answer>"]
+
+        def __init__(self, expert):
+            self.expert = expert
+
+        def act(self, obs, info):
+            return self.answers.pop(0) if self.answers else self.expert.act(obs, info)
+
+    env = gymnasium.make("roll/FrozenLake-v0")
+    cfg = EnvConfig(env_id="roll/FrozenLake-v0", max_turns=8, turn_template="{observation}{feedback}",
+                    include_instruction=False)
+    msgs, out = episode_messages(cfg, env, Fumbling(ExpertAgent(env, think=False)), seed=3)
+    users = [m["content"] for m in msgs[::2]]
+    assert users[1].endswith(action_feedback({"action_is_valid": False, "parse_error": "missing <answer>...</answer>"}))
+    assert users[2].endswith("\nYour last action changed nothing.")
+    assert all("Your last" not in u for u in users[3:]) and out["success"]
+
+
 def test_step_samples_keep_the_window_and_instruction():
     msgs = [{"role": "user", "content": f"u{i}"} if i % 2 == 0 else {"role": "assistant", "content": f"a{i}"} for i in range(6)]
     samples = list(step_samples(msgs, "RULES", window=1))

@@ -27,7 +27,8 @@ class EnvConfig:
     for small models, which then learn the rules from rewards)."""
     turn_template: str = DEFAULT_TURN_TEMPLATE
     """How each observation is rendered into a user turn: {turn_idx}, {observation}, {actions_left},
-    {reward}, {max_turns}."""
+    {reward}, {max_turns}, {feedback} (empty after a valid action that changed something, else a
+    line that starts with a newline and says what the last answer did not do)."""
     step_timeout_s: float = ranged(30.0, gt=0)
     """An env.step (or reset) slower than this ends the episode as an infrastructure failure."""
     max_env_steps_per_turn: int = ranged(1, ge=1)

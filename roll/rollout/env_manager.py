@@ -42,7 +42,9 @@ from roll.rollout.hosts import actor_died
 from roll.rollout.router import InferenceClient
 from roll.strategies.base import GenerationRequest
 
-TURN_TEMPLATE_FIELDS = ("turn_idx", "observation", "actions_left", "reward", "max_turns")
+TURN_TEMPLATE_FIELDS = ("turn_idx", "observation", "actions_left", "reward", "max_turns", "feedback")
+FEEDBACK_INVALID = "\nYour last answer was not an action here: {error}"
+FEEDBACK_NO_EFFECT = "\nYour last action changed nothing."
 _MAX_RESUMES_PER_TURN = 64
 
 
@@ -105,7 +107,23 @@ def _agent_episode(manager: EnvManager) -> Any:
     return AgentEpisode(manager, run, dict(options))
 
 
+def action_feedback(info: dict[str, Any] | None) -> str:
+    """The ``{feedback}`` of the turn after a step with this ``info``: empty after a valid action
+    that changed something (and after reset); otherwise one line, starting with a newline, that says
+    the answer was no action on the page (with the env's error) or that the action changed nothing.
+    Without it a step-mode prompt without history is the same page again, and a greedy policy
+    repeats the same answer to the turn limit."""
+    info = info or {}
+    if not info.get("action_is_valid", True):
+        error = " ".join(str(info.get("parse_error") or info.get("error") or "invalid answer").split())
+        return FEEDBACK_INVALID.format(error=error[:200])
+    if not info.get("action_is_effective", True):
+        return FEEDBACK_NO_EFFECT
+    return ""
+
+
 def format_turn(template: str, **fields: Any) -> str:
+    fields.setdefault("feedback", "")
     try:
         return template.format(**fields)
     except (KeyError, IndexError) as e:
@@ -154,6 +172,7 @@ class EnvManager:
         self.step_samples: list[Trajectory] = []
         self.last_output: list[int] = []
         self.observation = ""
+        self.feedback = ""  # the {feedback} of the next user turn (action_feedback)
         self.instruction = ""
         self.final_reward = 0.0
         self.success = False
@@ -301,6 +320,7 @@ class EnvManager:
                                   "error": str(info.get("parse_error") or info.get("error") or "")})
         self.effective_actions += 1 if info.get("action_is_effective", False) else 0
         self.observation = str(obs)
+        self.feedback = action_feedback(info)
         if terminated or truncated or self.turn >= self.cfg.max_turns:
             self.final_reward = float(info.get("final_reward", 0.0))
             self.terminated = bool(terminated)
@@ -393,7 +413,13 @@ class EnvManager:
         return format_turn(
             self.cfg.turn_template, turn_idx=self.turn + 1, observation=self.observation,
             actions_left=self.cfg.max_turns - self.turn, reward=reward, max_turns=self.cfg.max_turns,
+            feedback=self.feedback,
         )
+
+    def _shown_feedback(self) -> str:
+        """The feedback the prompt shows: part of the state GiGPO compares (same page, other
+        feedback: another prompt)."""
+        return self.feedback if "{feedback" in self.cfg.turn_template else ""
 
     def _window_prompt(self) -> list[int]:
         """Step mode: the instruction stays in the first kept user turn; older turns drop out."""
@@ -414,7 +440,7 @@ class EnvManager:
             token_versions=[-1] * n_p + vers + [-1] * n_c,
             turn_versions=[min(vers, default=self.control.version)],
             prompt_length=n_p,
-            state_key=hashlib.sha1(f"{self.spec.tag}|{self.observation}".encode()).hexdigest()[:16],
+            state_key=hashlib.sha1(f"{self.spec.tag}|{self.observation}{self._shown_feedback()}".encode()).hexdigest()[:16],
             step_index=self.turn,
         ))
 

@@ -16,7 +16,8 @@ SHIPPED_ENV_IDS = sorted(k for k in gymnasium.registry if k.startswith("roll/"))
 
 
 def run_episode(tok, env_id, client, seed=3, max_turns=3, mode="trajectory", **mkw):
-    envs = {"t": EnvConfig(env_id=env_id, max_turns=max_turns, step_timeout_s=mkw.pop("step_timeout_s", 10.0))}
+    envs = {"t": EnvConfig(env_id=env_id, max_turns=max_turns, step_timeout_s=mkw.pop("step_timeout_s", 10.0),
+                           **({"turn_template": mkw.pop("turn_template")} if "turn_template" in mkw else {}))}
     mcfg = EnvManagerConfig(group_size=1, mode=mode, **mkw)
     worker = EnvironmentWorker(envs, mcfg, GeneratingArgs(max_new_tokens=mkw.pop("max_new_tokens", 32)), tok, [client])
     spec = EpisodeSpec("ep0", "t", "t/0", seed)
@@ -125,6 +126,28 @@ def test_step_mode_samples_have_bounded_history_and_state_keys(tok):
         # a window of 1 keeps at most the previous turn: two assistant turns at most in context
         assert tok.decode(s.input_ids).count("<|im_start|>assistant") <= 2
     assert "Move with" in tok.decode(samples[3].input_ids)  # the instruction stays in the window
+
+
+def test_feedback_tells_a_step_mode_prompt_what_the_last_answer_did_not_do(tok):
+    """Without history a failed answer leaves the same prompt (and greedy decoding repeats it);
+    {feedback} says the answer was no action, or that the move changed nothing."""
+    answers = iter(["no tags here", "<answer>Up</answer>", "<answer>Down</answer>", "<answer>Up</answer>"])
+    client = ScriptedClient(tok, answer=lambda ids, seed: next(answers))
+    # FrozenLake seed 3: the player starts in the top row, so Up changes nothing
+    samples = run_episode(tok, "roll/FrozenLake-v0", client, seed=3, max_turns=4, mode="step",
+                          history_window=0, turn_template="{observation}{feedback}")
+    prompts = [tok.decode(r.prompt_ids) for r in client.requests]
+    assert "Your last" not in prompts[0]
+    assert "Your last answer was not an action here: missing <answer>...</answer>" in prompts[1]
+    assert "Your last action changed nothing." in prompts[2]
+    assert "Your last" not in prompts[3]  # Down moved the player
+    # the same page with other feedback is another state for GiGPO's step groups
+    assert samples[0].state_key != samples[1].state_key
+    # a template without the field renders as before
+    plain = ScriptedClient(tok, answer=lambda ids, seed: "no tags here")
+    run_episode(tok, "roll/FrozenLake-v0", plain, seed=3, max_turns=2, mode="step", history_window=0,
+                turn_template="{observation}")
+    assert plain.requests[0].prompt_ids == plain.requests[1].prompt_ids
 
 
 def test_context_limit_truncates_without_showing_a_cut_observation(tok):
