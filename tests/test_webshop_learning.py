@@ -94,7 +94,7 @@ def test_webshop_spec_and_configs(bench):
     assert train["mark_viewed"] is True and whole["mark_viewed"] is True
     for tag in ("WebShop", "WebShopTest", "WebShopFull"):
         env = cfg.custom_envs[tag]
-        assert not env.include_instruction and env.turn_template == "{observation}"
+        assert not env.include_instruction and env.turn_template == "{observation}{feedback}"
         gymnasium.make(env.env_id, **env.env_kwargs).reset(seed=0)
     sft = load_config(str(ROOT / full.sft_config))
     assert sft.pipeline == "sft" and sft.data.max_seq_length >= 512
