@@ -32,6 +32,7 @@ import inspect
 import json
 import os
 import re
+import string
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable
@@ -250,10 +251,29 @@ def _check_envs(cfg: Any, problems: list[str]) -> None:
             problems.append(f"{where}: the entry point of {env.env_id!r} cannot be loaded: {_describe(e)}")
             continue
         problems.extend(_env_kwargs_problems(env.env_id, creator, defaults, dict(env.env_kwargs), f"custom_envs.{tag}.env_kwargs"))
+        problems.extend(turn_template_problems(env.turn_template, f"custom_envs.{tag}.turn_template"))
         # an env class may check its own kwargs further (roll/Tools-v0: its tools and MCP entries)
         config_problems = getattr(creator, "config_problems", None)
         if callable(config_problems):
             problems.extend(config_problems({**defaults, **dict(env.env_kwargs)}, f"custom_envs.{tag}.env_kwargs"))
+
+
+def turn_template_problems(template: str, where: str) -> list[str]:
+    """A turn template that would fail on the first turn of every episode: a field the env
+    manager does not fill (a typo), or braces that do not pair (literal ones are written ``{{``)."""
+    from roll.config.rollout import TURN_TEMPLATE_FIELDS
+
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as e:
+        return [f"{where}: {template!r} is not a valid template ({e}; write a literal brace as {{{{ or }}}})"]
+    problems = []
+    for name in names:
+        field = re.split(r"[.\[!:]", name, maxsplit=1)[0]
+        if field not in TURN_TEMPLATE_FIELDS:
+            problems.append(f"{where}: unknown field {{{name}}}{_suggest(field, TURN_TEMPLATE_FIELDS)} "
+                            f"(known: {', '.join('{' + f + '}' for f in TURN_TEMPLATE_FIELDS)})")
+    return problems
 
 
 # ---- data ---------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from typing import Any, Literal, Optional
 
 from roll.config.validate import ranged
 
+TURN_TEMPLATE_FIELDS = ("turn_idx", "observation", "actions_left", "reward", "max_turns", "feedback")
+"""The fields a ``turn_template`` may use (roll/rollout/env_manager.py format_turn)."""
 DEFAULT_TURN_TEMPLATE = "Turn {turn_idx}:\n{observation}\nActions left: {actions_left}. Reply in the format <answer>...</answer>."
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll.config.roles import GeneratingArgs
-from roll.config.rollout import EnvConfig, EnvManagerConfig
+from roll.config.rollout import TURN_TEMPLATE_FIELDS, EnvConfig, EnvManagerConfig
 from roll.data.trajectory import Trajectory
 from roll.rollout.chat import ChatRenderer
 from roll.rollout.control import CallTimeout, RolloutControl, ThreadRunner
@@ -42,7 +42,6 @@ from roll.rollout.hosts import actor_died
 from roll.rollout.router import InferenceClient
 from roll.strategies.base import GenerationRequest
 
-TURN_TEMPLATE_FIELDS = ("turn_idx", "observation", "actions_left", "reward", "max_turns", "feedback")
 FEEDBACK_INVALID = "\nYour last answer was not an action here: {error}"
 FEEDBACK_NO_EFFECT = "\nYour last action changed nothing."
 _MAX_RESUMES_PER_TURN = 64
