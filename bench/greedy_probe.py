@@ -1,11 +1,12 @@
 """Why does a greedy grid policy fail? A probe of the learning chains' SFT and RL models.
 
-Plays held-out episodes of one env tag of a learning config (observation-only step-mode prompts,
-as configs/agentic/learning/*_rl_base.yaml render them) greedily with a saved model, and sorts
-each failed episode by how it ended: ``stuck`` (its last three moves changed nothing: a policy
-without history that sees the same room answers the same), ``some_noops`` (moves that changed
-nothing, but not at the end) or ``all_effective`` (every move changed the room). Also prints the
-share of all moves that changed nothing.
+Plays held-out episodes of one env tag of a learning config greedily with a saved model
+(observation-only step-mode prompts, with the ``{feedback}`` line where the tag's template has one,
+rendered as the env manager renders them), and sorts each failed episode by how it ended:
+``stuck`` (its last three moves changed nothing: a policy without history that sees the same room
+answers the same), ``some_noops`` (moves that changed nothing, but not at the end) or
+``all_effective`` (every move changed the room). Also prints the share of all moves that changed
+nothing.
 
     python bench/greedy_probe.py output/learning/bench/full/sokoban/sft/final_model
     python bench/greedy_probe.py MODEL --config configs/agentic/learning/multi_env_grpo.yaml --tag LargerSokoban
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+# the step-mode prompts the learning configs use: the observation, and with the second the line after a
+# move that changed nothing or an answer that was no move (roll/rollout/env_manager.py action_feedback)
+PROBE_TEMPLATES = ("{observation}", "{observation}{feedback}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -49,12 +53,14 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     import envs  # noqa: F401  (registers the roll/ envs)
     from roll.config.loader import load_raw
+    from roll.rollout.env_manager import action_feedback, format_turn
     from roll.workers.base import resolve_model
 
     spec = load_raw(args.config)["custom_envs"][args.tag]
-    if spec.get("include_instruction", True) or spec.get("system_prompt") or spec.get("turn_template") != "{observation}":
+    template = spec.get("turn_template", "{observation}")
+    if spec.get("include_instruction", True) or spec.get("system_prompt") or template not in PROBE_TEMPLATES:
         p.error(f"{args.tag}: the probe renders observation-only prompts (include_instruction false, no system "
-                f"prompt, turn_template '{{observation}}'), as the learning configs do")
+                f"prompt, turn_template one of {', '.join(map(repr, PROBE_TEMPLATES))}), as the learning configs do")
     turns = int(spec.get("max_turns", 8))
     path = resolve_model(args.model) if args.model.startswith("roll-tiny://") else args.model
     tok = AutoTokenizer.from_pretrained(path)
@@ -63,6 +69,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     n = args.episodes
     envs_ = [gym.make(spec["env_id"], **spec.get("env_kwargs", {})) for _ in range(n)]
     obs = [e.reset(seed=args.seed + 100000 + i)[0] for i, e in enumerate(envs_)]
+    feedback = [""] * n  # the {feedback} line after each episode's last step, as the env manager shows it
     first = first_move_stats(model, tok, envs_, obs) if args.first_move else {}
     done, success = [False] * n, [False] * n
     same: list[list[bool]] = [[] for _ in range(n)]
@@ -70,15 +77,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         live = [i for i in range(n) if not done[i]]
         if not live:
             break
-        prompts = [tok.apply_chat_template([{"role": "user", "content": obs[i]}], tokenize=False,
-                                           add_generation_prompt=True) for i in live]
+        prompts = [tok.apply_chat_template([{"role": "user", "content": format_turn(template, observation=obs[i], feedback=feedback[i])}],
+                                           tokenize=False, add_generation_prompt=True) for i in live]
         enc = tok(prompts, return_tensors="pt", padding=True)
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
         for i, text in zip(live, tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)):
             nxt, _, term, trunc, info = envs_[i].step(text)
             same[i].append(nxt == obs[i])
-            obs[i] = nxt
+            obs[i], feedback[i] = nxt, action_feedback(info)
             if term or trunc:
                 done[i], success[i] = True, bool(info.get("success", False))
     kinds = Counter()

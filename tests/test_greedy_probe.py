@@ -50,3 +50,26 @@ def test_optimal_moves_follow_the_solver():
         assert not all(marks)  # the rooms need 2+ moves: some move does not shorten the plan
         # the copies left the env untouched: its plan is unchanged
         assert env.unwrapped.expert_plan()[0] == first
+
+
+def test_feedback_templates_render_the_env_managers_feedback_line(capsys, monkeypatch):
+    """multi_env_grpo.yaml's tags show `{feedback}`: the probe accepts them and renders the line the
+    env manager would (the untrained model's answers are no moves, so from turn 2 on every prompt
+    says so)."""
+    import roll.rollout.env_manager as em
+
+    shown = []
+    real = em.format_turn
+
+    def recording(template, **fields):
+        shown.append(fields.get("feedback", ""))
+        return real(template, **fields)
+
+    monkeypatch.setattr(em, "format_turn", recording)
+    probe = load_bench("greedy_probe")
+    assert probe.main(["roll-tiny://tiny", "--config", "configs/agentic/learning/multi_env_grpo.yaml",
+                       "--tag", "LargerSokoban", "--episodes", "2"]) == 0
+    assert "success 0, stuck 2" in capsys.readouterr().out
+    assert len(shown) == 2 * 8  # two episodes, eight turns each
+    assert shown[:2] == ["", ""]  # the first turn follows reset
+    assert all(f.startswith("\nYour last answer was not an action here:") for f in shown[2:])
