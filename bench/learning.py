@@ -363,7 +363,50 @@ its training success ranged 0-62% from step to step in both runs. Eight rooms of
 instead (groups of 4: `train_env_manager.group_size=4 'train_env_manager.num_groups_partition=[8,8]'`,
 otherwise the row's recipe, from the same SFT model): the larger Sokoban 25.0 / 18.8, 20.3 / 21.9, 20.3 /
 15.6, 21.9 / 25.0 at steps 50-200, FrozenLake 42.2 / 64.1 at 200, simple Sokoban's training success 23%
--> 29% per 50 steps (stopped at step 209): no better."""
+-> 29% per 50 steps (stopped at step 209): no better.
+
+Where the row's larger-room gain comes from (`python bench/greedy_probe.py MODEL --config
+configs/agentic/learning/multi_env_grpo.yaml --tag LargerSokoban --episodes 256 --first-move`, and
+`--tag SimpleSokoban`; the probe renders the feedback line as the env manager does; greedy, 256 held-out
+rooms; the row's SFT and final models): larger room 16.4% -> 21.9% success, stuck (the last three
+moves changed nothing) 36% -> 32% of the episodes; simple room 13.7% -> 18.8%, stuck 47% -> 29%. The
+line breaks a loop only where the model answers the room with the line otherwise than without it, and
+with a move that does something; a greedy policy that answers it with a blocked move meets the same
+prompt again. RL made the policy commit (top first-move probability 0.44 -> 0.75 in the larger room,
+0.47 -> 0.83 in the simple one) without choosing better: the top first move is optimal in 54% of the
+larger rooms before and 56% after, 47% and 48% in the simple ones.
+
+Longer, and Sokoban alone (from the row's SFT model, seed 42, 128 held-out episodes per validation env
+and mode; greedy / sampled in %; step 0: FrozenLake 15.6 / 28.1, larger Sokoban 20.3 / 12.5, different
+symbols 3.9 / 9.4). The row's recipe for 600 steps (`max_steps=600
+actor_train.training_args.num_training_steps=3600 val_batch_size=384`; 45 minutes beside other runs):
+simple Sokoban's training success 25, 26, 23, 30, 25, 30, 32, 33, 40, 34, 41, 35% per 50 steps (it does
+learn, from step ~300), FrozenLake 72.7 / 71.9 from step 400 on, and the larger room falls as the
+simple one rises: 22.7 / 19.5, 18.8 / 15.6, 12.5 / 9.4, 11.7 / 10.9, 14.1 / 11.7, 9.4 / 7.0 at steps
+100-600 (different symbols 0.8 / 1.6 at the end). Simple Sokoban alone (`'train_env_manager.tags=[SimpleSokoban]'
+'train_env_manager.num_groups_partition=[8]'`, lr 5e-4, betas (0.9, 0.95), no trust region, 300 steps):
+training success 21, 20, 21, 23, 30, 30% per 50 steps; on 256 held-out rooms of each (`roll run
+configs/agentic/learning/multi_env_grpo.yaml pretrain=MODEL max_steps=1 val_batch_size=512
+'val_env_manager.tags=[SimpleSokoban,LargerSokoban]'`, step 0's validation) the simple room goes 13.7 / 19.9 -> 23.0 / 25.0 and the larger one 18.4 / 10.9 -> 17.6 / 17.2 (13-21 greedy at every
+validation); the same without the feedback line (every template `{observation}`): training success up
+to 35%, the larger room 17.2 / 14.8 -> 21.9 / 21.9. So the larger room does not wait on simple
+Sokoban: learning the 6x6 room better, with or without FrozenLake, leaves the 8x8 room where it
+started or lowers it. What RL adds there is early (commitment and fewer loops, peak near step 100),
+before the tiny model specialises on the trained room.
+
+Other variants from the row's SFT model (same validation): simple Sokoban's optimizer (lr 5e-4, betas
+(0.9, 0.95)) with the trust region kept, 300 steps: FrozenLake 72.7 / 68.8 at the end, the larger room
+22.7 / 21.1, 23.4 / 22.7, 18.8 / 27.3, 16.4 / 16.4, 21.1 / 21.9, 20.3 / 18.8 at steps 50-300, simple
+Sokoban's training success 24, 24, 18, 24, 19, 33% per 50 steps. Six Sokoban and two FrozenLake
+groups per step (`'train_env_manager.num_groups_partition=[6,2]'`): with that optimizer the trust
+region stopped 43-53% of the updates (`actor/ppo_kl` 0.012-0.015 per step) and the larger room fell to
+11.7 / 12.5 at step 50 (stopped at 84); at the row's lr, 18.0 / 12.5 at 50 and training success 23 ->
+16% (stopped at 100). The feedback line naming the move ("Your last action, Up, changed nothing.",
+demonstrations rendered the same way; `python bench/learning.py --envs multi`, 1450 s of RL beside the
+600-step run): the SFT start was weaker (greedy probe: 15 and 26 successes in 256 simple and larger
+rooms, against the row's 35 and 42; stuck as often), the larger room went 12.5 / 9.4 -> 25.0 / 25.0
+(+12.5, from the lower start to the row's end), FrozenLake only 18.8 / 28.1 -> 26.6 / 35.9 (+7.8;
+training success 30 -> 38%); not kept."""
 
 
 WEBSHOP_NOTES = """WebShop (`--envs webshop`, configs/agentic/learning/webshop_*.yaml; `python bench/webshop_probe.py`
