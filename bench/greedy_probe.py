@@ -77,8 +77,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         live = [i for i in range(n) if not done[i]]
         if not live:
             break
-        prompts = [tok.apply_chat_template([{"role": "user", "content": format_turn(template, observation=obs[i], feedback=feedback[i])}],
-                                           tokenize=False, add_generation_prompt=True) for i in live]
+        turns_ = [format_turn(template, observation=obs[i], feedback=feedback[i]) for i in live]
+        prompts = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+                   for t in turns_]
         enc = tok(prompts, return_tensors="pt", padding=True)
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
