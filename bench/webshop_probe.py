@@ -18,16 +18,27 @@ sees exactly the RL prompt (the page alone, chat template applied) and
 It prints the prompt length per page in tokens and the expert's turns per goal too. Prints
 only (the chain's numbers live in docs/benchmarks.md, Learning).
 
+With ``--play`` the model plays the goals itself, greedily, on the RL stage's prompts (the page
+and the ``{feedback}`` line, as the env manager renders them), and each episode is sorted by how
+it ended: ``success``; a purchase over the goal's price limit (``over_price``), of a product whose
+page does not offer the goal's option (``lacking_option``), of one that offers it with another
+option chosen (``wrong_option``), or of one that offers the option within the price and still
+scores below 1 (``hidden``: attributes or product type the page does not show); or no purchase
+within the turn limit (``no_purchase``). On each product page it opens (none of its options
+chosen yet) what it answered, by what the page shows: whether it offers the goal's option and
+whether its price is within the limit (the visible expert buys only where both hold).
+
     python bench/webshop_probe.py                       # the chain's SFT model, easy split
     python bench/webshop_probe.py --model roll-tiny://tiny --split full
     python bench/webshop_probe.py --model roll-tiny://tiny --train-steps 600 --lr 2e-3   # SFT, probed on the way
+    python bench/webshop_probe.py --model M --play --goals 243 --max-new-tokens 64         # its own episodes
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -192,6 +203,118 @@ def probe(model_path: str, split: str, goals: int, max_new_tokens: int, batch: i
     return report
 
 
+OUTCOMES = ("success", "over_price", "lacking_option", "wrong_option", "hidden", "no_purchase")
+ITEM_ANSWERS = ("goal_option", "other_option", "buy", "back", "other_valid", "invalid")
+
+
+def page_shows(u: Any, asin: str) -> tuple[bool, bool]:
+    """(the product's page offers a value for each of the goal's options, its price is within the
+    goal's limit): what the visible expert checks before it buys (envs/webshop/env.py offers_goal)."""
+    limit = float(u.goal.get("price_upper") or 0)
+    within = not (limit > 0 and float(u.catalog.by_asin[asin]["price"]) > limit)
+    return len(u.expert_choice(asin)[1]) == len(u.goal["options"]), within
+
+
+def outcome(u: Any, info: dict[str, Any]) -> str:
+    """How an ended episode ended (one of OUTCOMES; module docstring), from its last step's info."""
+    if info.get("success"):
+        return "success"
+    if "purchased" not in info:
+        return "no_purchase"
+    offers, within = page_shows(u, info["purchased"]["asin"])
+    if not within:
+        return "over_price"
+    if not offers:
+        return "lacking_option"
+    r_option = info["reward_breakdown"].get("r_option")
+    return "wrong_option" if r_option is not None and r_option < 1 else "hidden"
+
+
+def item_answer(u: Any, answer: str, info: dict[str, Any]) -> str:
+    """What an answer on a product page did (one of ITEM_ANSWERS)."""
+    action = answer_action(answer)
+    if not info.get("action_is_valid"):
+        return "invalid"
+    if action == "click[buy now]":
+        return "buy"
+    if action == "click[< prev]":
+        return "back"
+    if action in {f"click[{v}]".lower() for v in u.goal["options"].values()}:
+        return "goal_option"
+    return "other_option" if u.state.page == "item" and u.state.options else "other_valid"
+
+
+def play(env_cfg: Any, goals: int, answer: Any) -> tuple[Counter, dict[tuple[bool, bool], Counter], list[dict[str, Any]]]:
+    """Episodes on goals 0..goals-1 of ``env_cfg`` (a custom_envs entry), all turns batched:
+    ``answer(prompts, envs)`` returns one answer per live episode for its prompt (the turn
+    template rendered with the observation and the feedback line). Returns the outcome counts,
+    the answers on first visits to product pages by (offers the goal's option, price within),
+    and per episode its goal, outcome and (page, answer) turns."""
+    import gymnasium
+    from roll.rollout.env_manager import action_feedback, format_turn
+
+    import roll.envs  # noqa: F401  (registers the shipped envs)
+
+    template = env_cfg.turn_template or "{observation}"
+    envs = [gymnasium.make(env_cfg.env_id, **env_cfg.env_kwargs) for _ in range(goals)]
+    obs = [e.reset(seed=i)[0] for i, e in enumerate(envs)]
+    feedback, ended = [""] * goals, [None] * goals
+    episodes = [{"goal": i, "turns": []} for i in range(goals)]
+    items: dict[tuple[bool, bool], Counter] = defaultdict(Counter)
+    for _ in range(envs[0].unwrapped.max_steps if goals else 0):
+        live = [i for i in range(goals) if ended[i] is None]
+        if not live:
+            break
+        answers = answer([format_turn(template, observation=obs[i], feedback=feedback[i]) for i in live],
+                         [envs[i] for i in live])
+        for i, text in zip(live, answers):
+            u = envs[i].unwrapped
+            page = u.state.page
+            shown = page_shows(u, u.state.asin) if page == "item" and not u.state.options else None
+            obs[i], _, terminated, truncated, info = envs[i].step(text)
+            feedback[i] = action_feedback(info)
+            episodes[i]["turns"].append((page, text))
+            if shown is not None:
+                items[shown][item_answer(u, text, info)] += 1
+            if terminated or truncated:
+                ended[i] = info
+    for i, e in enumerate(envs):
+        episodes[i]["outcome"] = outcome(e.unwrapped, ended[i] or {})
+        e.close()
+    return Counter(ep["outcome"] for ep in episodes), items, episodes
+
+
+def play_model(model_path: str, split: str, goals: int, max_new_tokens: int, batch: int,
+               overrides: tuple[str, ...] = ()) -> tuple[Counter, dict[tuple[bool, bool], Counter]]:
+    """``--play``: the model's greedy episodes (``play``)."""
+    import torch
+    from roll.config import load_config
+    from roll.workers.base import resolve_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    env_cfg = load_config(str(ROOT / CONFIG), overrides).custom_envs[TAGS[split]]
+    if env_cfg.include_instruction or env_cfg.system_prompt:
+        raise SystemExit(f"--play renders the page alone as the prompt; {TAGS[split]} has an instruction or system prompt")
+    path = resolve_model(model_path)
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+    def answer(prompts: list[str], _envs: list[Any]) -> list[str]:
+        out: list[str] = []
+        for lo in range(0, len(prompts), batch):
+            texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+                     for p in prompts[lo:lo + batch]]
+            enc = tok(texts, return_tensors="pt", padding=True)
+            with torch.no_grad():
+                gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+            out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return out
+
+    counts, items, _ = play(env_cfg, goals, answer)
+    return counts, items
+
+
 def train(args: Any) -> int:
     """``--train-steps``: plain-PyTorch SFT of ``--model`` on the chain's demonstrations (noisy
     expert episodes on training goals, rendered as the RL prompts), probed every ``--every`` steps:
@@ -276,9 +399,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override the chain's config (webshop_grpo.yaml), for the demonstrations and the probe")
     p.add_argument("--save", default="", help="with --train-steps: save the trained model here")
+    p.add_argument("--play", action="store_true", help="the model plays the goals greedily; outcomes by cause")
     args = p.parse_args(argv)
     if args.train_steps:
         return train(args)
+    if args.play:
+        counts, items = play_model(args.model, args.split, args.goals, args.max_new_tokens, args.batch, tuple(args.set))
+        print(f"{args.model} plays {args.goals} test goals of the {args.split} split greedily:")
+        print("  outcomes: " + ", ".join(f"{k} {counts[k]} ({counts[k] / max(args.goals, 1):.1%})" for k in OUTCOMES))
+        for (offers, within), c in sorted(items.items(), reverse=True):
+            n = sum(c.values())
+            print(f"  product pages opened, {'offers' if offers else 'lacks'} the goal's option, price "
+                  f"{'within' if within else 'over'} the limit: {n}; answers " +
+                  ", ".join(f"{k} {c[k] / n:.0%}" for k in ITEM_ANSWERS if c[k]))
+        print("RESULT " + " ".join(f"{k}={counts[k] / max(args.goals, 1):.3f}" for k in OUTCOMES))
+        return 0
     report = probe(args.model, args.split, args.goals, args.max_new_tokens, args.batch, overrides=tuple(args.set))
     print(f"probe {args.model} on the {args.split} split, {args.goals} test goals:")
     for page, row in report.items():

@@ -185,3 +185,60 @@ def test_probe_id_mask_marks_the_clicked_product_id(probe):
     inside = probe.id_mask(tok, state)
     assert "".join(tok.decode([t]) for t, i in zip(state["target"], inside) if i) == "B0HR5S35PN"
     assert not inside[0] and not inside[-1]
+
+
+def test_play_sorts_episodes_by_how_they_ended(probe):
+    """--play's loop and its sorting, with scripted policies in place of a model: the visible
+    expert succeeds; a policy that buys the top hit with the goal's option sorts its failures by
+    what the bought product's page shows, and each sort agrees with the purchase's reward."""
+    from roll.config import load_config
+
+    env_cfg = load_config(str(ROOT / "configs/agentic/learning/webshop_grpo.yaml")).custom_envs["WebShopTest"]
+    prompts_seen = []
+
+    def expert(prompts, envs):
+        prompts_seen.extend(prompts)
+        return [format_answer([e.unwrapped.expert_plan()[0]]) for e in envs]
+
+    counts, items, episodes = probe.play(env_cfg, 24, expert)
+    assert sum(counts.values()) == 24 and counts["success"] >= 22, counts
+    assert all(p.startswith("WebShop [SEP] Instruction:") for p in prompts_seen)
+    # the visible expert buys only where the page offers the goal's option within the price
+    assert set(items[(True, True)]) <= {"goal_option", "buy"}
+    assert sum(c["goal_option"] + c["buy"] for k, c in items.items() if k != (True, True)) == 0
+
+    def top_hit(prompts, envs):
+        out = []
+        for e in envs:
+            u = e.unwrapped
+            if u.state.page == "search":
+                out.append(format_answer([u.expert_plan()[0]]))
+            elif u.state.page == "results":
+                out.append("<answer>click[1]</answer>")
+            elif not u.state.options and u.goal["options"]:
+                out.append(format_answer([f"click[{next(iter(u.goal['options'].values()))}]"]))
+            else:
+                out.append("<answer>click[buy now]</answer>")
+        return out
+
+    counts, items, episodes = probe.play(env_cfg, 48, top_hit)
+    assert sum(counts.values()) == 48 and 0 < counts["success"] < 48
+    assert counts["over_price"] + counts["lacking_option"] > 0, counts
+    assert items[(True, True)]["goal_option"] + items[(True, True)]["buy"] > 0
+    env = gymnasium.make(env_cfg.env_id, **env_cfg.env_kwargs)
+    for ep in episodes:
+        # replay the episode: the sort is the purchase's reward seen through the page
+        env.reset(seed=ep["goal"])
+        for _, text in ep["turns"]:
+            *_, info = env.step(text)
+        bd = info.get("reward_breakdown", {})
+        if ep["outcome"] == "over_price":
+            assert bd["r_price"] is False
+        elif ep["outcome"] in ("lacking_option", "wrong_option"):
+            assert bd["r_price"] is not False and bd["r_option"] is not None and bd["r_option"] < 1
+        elif ep["outcome"] == "success":
+            assert info["success"] and bd["score"] == 1.0
+        elif ep["outcome"] == "hidden":
+            assert bd["score"] < 1.0 and bd["r_price"] is not False
+        else:
+            assert "purchased" not in info

@@ -384,6 +384,12 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     ``reward_norm``; ``A^S``: discounted return from the step (``gamma``) normalised within
     its anchor group ``(group_id, state_key)`` with ``reward_norm.method``.
 
+    ``episode_weight`` (default 1) scales ``A^E``. At 0 a step is credited only against the
+    other actions taken from the same state, so a step in a state no other episode of its
+    group saw gets no push either way; the first state of a group that shares its start (one
+    task per group) is always such an anchor, so the episode's outcome still reaches its first
+    action there.
+
     ``balance_episodes`` (default false): ``A^E`` on each token is scaled by ``n_g / n_e``,
     ``n_e`` the model tokens of the episode and ``n_g`` the mean over the episodes of its
     group, so each episode weighs the same in a token-mean loss and ``A^E`` sums to zero over
@@ -392,7 +398,7 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
     advantage, a push off every sampled token whose gradient lands on the LM-head rows of
     tokens never sampled, always in the same direction (see tag_diagnostics, ``adv_mean``).
     """
-    args = estimator_args(cfg, {"step_weight": 1.0, "balance_episodes": False})
+    args = estimator_args(cfg, {"step_weight": 1.0, "episode_weight": 1.0, "balance_episodes": False})
     for name in ("state_keys", "episode_ids", "step_ids"):
         if getattr(inputs, name) is None:
             raise ValueError(f"adv_estimator 'gigpo' needs step-mode samples with {name} (rollout step mode)")
@@ -415,7 +421,7 @@ def gigpo(inputs: AdvantageInputs, cfg: Any) -> AdvantageOutputs:
         elif ep_key[e] != k:
             raise ValueError(f"episode {inputs.episode_ids[i]!r} has samples in different groups ({ep_key[e]!r}, {k!r})")
     base, scale = score_baseline(ep_return, ep_key, cfg.reward_norm.method)
-    a_episode = ((ep_return - base) * scale)[ep_inv.to(device)]
+    a_episode = ((ep_return - base) * scale)[ep_inv.to(device)] * args["episode_weight"]
     if args["balance_episodes"]:
         a_episode = a_episode * _episode_balance(inputs.response_mask, ep_inv, n_ep, ep_key).to(dtype)
 

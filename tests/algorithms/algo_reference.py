@@ -213,7 +213,7 @@ def ref_reinforce_pp(rewards, mask, turn_ids, group_ids, gamma, token_gamma, gro
     return torch.tensor(adv, dtype=torch.float64)
 
 
-def ref_gigpo(step_rewards, group_ids, episode_ids, step_ids, state_keys, gamma, method, step_weight):
+def ref_gigpo(step_rewards, group_ids, episode_ids, step_ids, state_keys, gamma, method, step_weight, episode_weight=1.0):
     """Per step sample advantage (scalar)."""
     B = len(step_rewards)
     episodes = sorted(set(episode_ids), key=episode_ids.index)
@@ -231,7 +231,7 @@ def ref_gigpo(step_rewards, group_ids, episode_ids, step_ids, state_keys, gamma,
     out = []
     for i in range(B):
         members = [step_ret[j] for j in range(B) if group_ids[j] == group_ids[i] and state_keys[j] == state_keys[i]]
-        out.append(a_ep[episode_ids[i]] + step_weight * ref_normalise(step_ret[i], members, method))
+        out.append(episode_weight * a_ep[episode_ids[i]] + step_weight * ref_normalise(step_ret[i], members, method))
     return out
 
 

@@ -127,16 +127,34 @@ def test_reinforce_pp_matches_reference(seed, gamma, tg, group_baseline):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("gamma", [1.0, 0.95])
 @pytest.mark.parametrize("method", ["mean_std", "mean"])
-@pytest.mark.parametrize("step_weight", [1.0, 0.5])
-def test_gigpo_matches_reference(seed, gamma, method, step_weight):
+@pytest.mark.parametrize("step_weight,episode_weight", [(1.0, 1.0), (0.5, 1.0), (1.0, 0.0)])
+def test_gigpo_matches_reference(seed, gamma, method, step_weight, episode_weight):
     inputs, rows = step_mode_batch(seed)
     cfg = cfg_for("gigpo", gamma=gamma, reward_norm={"group_by": "group", "method": method},
-                  adv_estimator_args={"step_weight": step_weight})
+                  adv_estimator_args={"step_weight": step_weight, "episode_weight": episode_weight})
     out = compute_advantages(inputs, cfg)
     ref = ref_gigpo([r[4] for r in rows], [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-                    [r[3] for r in rows], gamma, method, step_weight)
+                    [r[3] for r in rows], gamma, method, step_weight, episode_weight)
     expected = torch.tensor(ref, dtype=torch.float64)[:, None] * inputs.response_mask
     torch.testing.assert_close(out.advantages, expected, rtol=0, atol=1e-12)
+
+
+def test_gigpo_episode_weight_zero_credits_only_shared_states():
+    """episode_weight 0: a step in a state no other step of its group saw gets advantage 0,
+    and every anchor group's advantages are centred (mean method)."""
+    inputs, rows = step_mode_batch(3)
+    cfg = cfg_for("gigpo", gamma=0.9, reward_norm={"group_by": "group", "method": "mean"},
+                  adv_estimator_args={"episode_weight": 0.0})
+    adv = compute_advantages(inputs, cfg).advantages[:, 1]  # every row masks column 1 in
+    anchors = [(r[0], r[3]) for r in rows]
+    alone = [i for i, a in enumerate(anchors) if anchors.count(a) == 1]
+    shared = [i for i, a in enumerate(anchors) if anchors.count(a) > 1]
+    assert alone and shared
+    assert all(adv[i] == 0 for i in alone)
+    assert any(adv[i] != 0 for i in shared)
+    for a in set(anchors[i] for i in shared):
+        members = [i for i in shared if anchors[i] == a]
+        assert abs(float(adv[members].sum())) < 1e-9
 
 
 def test_kl_in_reward_is_applied_before_the_estimator():
