@@ -738,7 +738,33 @@ with the line the greedy loss is within the noise (a standard error of about 3 p
 the sampled gain is 16 points. Twice the RL steps from the same SFT model (`max_steps=80`, 1490 s
 alone; steps 1-40 repeat the row's run exactly): 68.8 / 65.6 at 60, 70.3 / 62.5 at 80 (full 31.2 /
 28.1), training success 59-68% per 10 steps from step 30 on: the sampled policy catches up with the
-greedy one and both stay where greedy started."""
+greedy one and both stay where greedy started.
+Where the greedy episodes fail (`python bench/webshop_probe.py --model M --play --goals 243
+--max-new-tokens 64`, new: the model plays all 243 easy test goals greedily on the RL prompts, feedback
+line included, and each episode is sorted by what the bought product's page shows). The row's SFT model:
+70.4% success; 11.1% buy a product over the goal's price limit, 3.3% one whose page lacks the goal's
+option, 3.7% the right kind of product with another option, 4.1% one that offers the option within the
+price and misses attributes or a product type the page does not show, 7.4% buy nothing in 8 turns. On
+the product pages it opens it goes back from 14% of those that offer the option within the price, from
+25% of those that offer it over the price and from 67-73% of those that lack it: it reads the option and
+hardly the price (a results page and a product page both show it, e.g. `$220.95` against the
+instruction's "price lower than 140.00 dollars"). The row's RL model: 68.7% success, 12.3% over the price,
+buys nothing 4.5%; on pages that offer the option over the price it clicks the option 97% of the time (87%
+within it) and goes back from 3%: RL removed the little price check there was, and fewer episodes run out.
+GiGPO's step part alone (`algorithm.adv_estimator_args.episode_weight=0`, new; docs/algorithms.md: a turn
+is credited only against the other answers on the same page within its group, so no answer is pushed up
+because its episode bought later; from the row's SFT model, 40 steps, 590 s beside the multi-env run):
+75.0 / 48.4 -> 71.9 / 62.5 at 20 -> 68.8 / 64.1 at 40, the row's numbers; on the 243 goals 67.9% greedy,
+12.8% over the price, and the option clicked on 100% of the pages that offer it over the price. Can the
+model learn the price check at all? The SFT model fine-tuned on product pages alone (the clean expert's
+first visits on 20000 fresh training goals: 26942 pages, 16% of them offering the option over the price;
+lr 1e-3, 32 pages per step), scored greedily on the 336 pages the expert opens on the 243 test goals: it goes
+back from a page that offers the option over the price 26% (start) -> 28% (400 steps) -> 44% (1000) -> 36-59%
+(1200-1600), from one within the price 11% -> 8% -> 7% -> 4-12%. About 51,000 pages aimed at the one
+decision teach half of it; the RL stage meets about 9 such pages a step (64 episodes), 360 in its 40
+steps, with a reward that the option and the product's hidden attributes decide as well. That is why RL
+lifts sampled success (fewer random turns) and not greedy: the greedy policy's failures are decisions
+the tiny model does not learn from the few hundred examples a 45-minute chain gives RL."""
 
 
 WEBSHOP_PENDING = "WebShop is not in the table yet: no run of its chain has gained (below)."
