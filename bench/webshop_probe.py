@@ -210,9 +210,7 @@ ITEM_ANSWERS = ("goal_option", "other_option", "buy", "back", "other_valid", "in
 def page_shows(u: Any, asin: str) -> tuple[bool, bool]:
     """(the product's page offers a value for each of the goal's options, its price is within the
     goal's limit): what the visible expert checks before it buys (envs/webshop/env.py offers_goal)."""
-    limit = float(u.goal.get("price_upper") or 0)
-    within = not (limit > 0 and float(u.catalog.by_asin[asin]["price"]) > limit)
-    return len(u.expert_choice(asin)[1]) == len(u.goal["options"]), within
+    return len(u.expert_choice(asin)[1]) == len(u.goal["options"]), u.price_within(asin)
 
 
 def outcome(u: Any, info: dict[str, Any]) -> str:

@@ -455,11 +455,13 @@ class WebShopEnv(gym.Env):
         """Whether the product's page shows what the goal asks for: a value matching each of
         the goal's options, and a price within the goal's limit (the attributes a page does
         not list are not checked)."""
-        product = self.catalog.by_asin[asin]
+        within = self.price_within(asin)
+        return within and len(self.expert_choice(asin)[1]) == len(self.goal["options"])
+
+    def price_within(self, asin: str) -> bool:
+        """Whether the product's price is within the goal's limit (no limit: True)."""
         limit = float(self.goal.get("price_upper") or 0)
-        if limit > 0 and float(product["price"]) > limit:
-            return False
-        return len(self.expert_choice(asin)[1]) == len(self.goal["options"])
+        return not (limit > 0 and float(self.catalog.by_asin[asin]["price"]) > limit)
 
     def _visible_plan(self) -> list[str]:
         """``expert_target="visible"``: the plan of an expert that decides from the pages alone."""
