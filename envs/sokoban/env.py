@@ -12,10 +12,15 @@ difference of potentials, it sums to the same total over any two paths between t
 states, so the solving plans stay the best ones. ``blocked_move_penalty`` (default 0) is
 added to a move that changes nothing (into a wall, or a box that cannot move): a policy that
 bumps repeats the same state, which under greedy decoding wastes the rest of the episode.
+``canvas`` (default None: the room's own size) draws the room at the top left of a larger grid
+of walls, ``[columns, rows]`` or one int for a square: every observation then has the same row
+length, whatever the room's size. A model reads a cell's upper neighbour a fixed number of tokens
+back (one row: the row length plus the newline); on a canvas that number is the same in a 6x6 and
+an 8x8 room, where without one it is 7 in the one and 9 in the other.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from roll.envs.base import TextEnv, grid_text_space
@@ -48,6 +53,7 @@ class SokobanEnv(TextEnv):
         solved_reward: float = 10.0,
         box_distance_reward: float = 0.0,
         blocked_move_penalty: float = 0.0,
+        canvas: int | Sequence[int] | None = None,
         max_actions_per_turn: int | None = None,
         format_penalty: float | None = None,
         parser: ParserConfig | Mapping[str, Any] | None = None,
@@ -75,6 +81,7 @@ class SokobanEnv(TextEnv):
             raise ValueError(
                 f"min_solution_length={min_solution_length} must be in [1, min(search_depth, max_steps)]"
             )
+        self.canvas = _canvas_size(canvas, int(width), int(height))
         self.rewards = dict(
             step=float(step_penalty),
             on=float(box_on_target_reward),
@@ -95,7 +102,12 @@ class SokobanEnv(TextEnv):
         level = (options or {}).get("level")
         if level is not None:
             # A fixed level (in this env's symbols), e.g. for tests or curated evaluation sets.
-            self.layout, self.player, self.boxes = parse_level(level, self.symbols)
+            layout, player, boxes = parse_level(level, self.symbols)
+            if self.canvas is not None and (layout.width > self.canvas[0] or layout.height > self.canvas[1]):
+                raise ValueError(
+                    f"a {layout.width}x{layout.height} level does not fit the canvas {self.canvas[0]}x{self.canvas[1]}"
+                )
+            self.layout, self.player, self.boxes = layout, player, boxes
             self.optimal_length = None
         else:
             room = generate_room(self.np_random, **self.gen_kwargs)
@@ -130,7 +142,18 @@ class SokobanEnv(TextEnv):
         return self.boxes == self.layout.target_mask
 
     def _render_text(self) -> str:
-        return self.layout.render(self.player, self.boxes, self.symbols)
+        text = self.layout.render(self.player, self.boxes, self.symbols)
+        if self.canvas is None:
+            return text
+        cols, rows = self.canvas
+        if self.layout.width > cols or self.layout.height > rows:
+            raise ValueError(
+                f"a {self.layout.width}x{self.layout.height} room does not fit the canvas {cols}x{rows}"
+            )
+        wall = self.symbols["wall"]
+        lines = [line + wall * (cols - len(line)) for line in text.split("\n")]
+        lines += [wall * cols] * (rows - len(lines))
+        return "\n".join(lines)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = super().reset(seed=seed, options=options)
@@ -179,3 +202,17 @@ class SokobanEnv(TextEnv):
                 p, b, _ = self.layout.move(p, b, self.layout.dirs[_ACTION_INDEX[a]])
                 self._plan_cache[(b << 16) | p] = plan[i + 1 :]
         return list(plan)
+
+
+def _canvas_size(canvas: int | Sequence[int] | None, width: int, height: int) -> tuple[int, int] | None:
+    """``canvas`` as (columns, rows), checked against the generated room's size."""
+    if canvas is None:
+        return None
+    if isinstance(canvas, bool) or not isinstance(canvas, (int, Sequence)) or isinstance(canvas, str):
+        raise ValueError(f"canvas must be an int or [columns, rows], got {canvas!r}")
+    size = (canvas, canvas) if isinstance(canvas, int) else tuple(canvas)
+    if len(size) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in size):
+        raise ValueError(f"canvas must be an int or [columns, rows] of ints, got {canvas!r}")
+    if size[0] < width or size[1] < height:
+        raise ValueError(f"canvas {size[0]}x{size[1]} is smaller than the {width}x{height} room")
+    return size

@@ -212,3 +212,39 @@ def test_blocked_move_penalty():
     assert obs == LEVEL and r == pytest.approx(-1.1) and not info["action_is_effective"]
     _, r, _, _, info = env.step(answer("Right"))
     assert r == pytest.approx(-0.1) and info["action_is_effective"]
+
+
+def test_canvas_pads_the_room_with_walls_and_keeps_the_game():
+    plain = SokobanEnv(max_steps=20)
+    padded = SokobanEnv(max_steps=20, canvas=[9, 6])  # LEVEL is 7 columns by 4 rows
+    padded.reset(seed=0, options={"level": LEVEL})
+    plain.reset(seed=0, options={"level": LEVEL})
+    obs = padded._render_text()
+    rows = obs.split("\n")
+    assert len(rows) == 6 and all(len(r) == 9 for r in rows)
+    # the room at the top left, walls to the right and below
+    assert [r[:7] for r in rows[:4]] == LEVEL.split("\n") and all(r[7:] == "##" for r in rows[:4])
+    assert rows[4] == rows[5] == "#" * 9
+    # the same moves give the same rewards and rooms, only drawn wider
+    for a in ("Up", "Right", "Down"):
+        o1, r1, *_ = plain.step(answer(a))
+        o2, r2, *_ = padded.step(answer(a))
+        assert r1 == r2 and [r[:7] for r in o2.split("\n")[:4]] == o1.split("\n")
+    # generated rooms of two sizes share one row length on one canvas (same upper-neighbour stride)
+    small = SokobanEnv(canvas=8, search_depth=6, min_solution_length=2, max_steps=8)
+    large = SokobanEnv(width=8, height=8, canvas=8, search_depth=6, min_solution_length=2, max_steps=8)
+    for env in (small, large):
+        o, _ = env.reset(seed=3)
+        assert [len(r) for r in o.split("\n")] == [8] * 8
+    assert small.observation_space.contains(small.reset(seed=4)[0])
+
+
+def test_canvas_rejects_what_does_not_fit():
+    with pytest.raises(ValueError, match="smaller than the 6x6 room"):
+        SokobanEnv(canvas=5)
+    for bad in ("8", [8], [8, 8, 8], True, [8.0, 8]):
+        with pytest.raises(ValueError, match="canvas must be"):
+            SokobanEnv(canvas=bad)
+    env = SokobanEnv(width=3, height=3, canvas=6, max_steps=20)
+    with pytest.raises(ValueError, match="does not fit the canvas 6x6"):
+        env.reset(seed=0, options={"level": LEVEL})
