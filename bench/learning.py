@@ -467,7 +467,15 @@ teaches the tiny model in one room size does not carry to the other even where b
 the row length is one cause of the weak transfer at SFT time, not what holds RL back. The chain keeps
 plain rooms. (The plain Sokoban run also showed a format collapse that heals itself: at step 70 every
 answer became unparseable after one update of `actor/ppo_kl` 1.0, and the few valid answers, 0.2-0.6%
-of them, carried the batch's advantage back: 90% valid again by step 82, 99% by 86.)"""
+of them, carried the batch's advantage back: 90% valid again by step 82, 99% by 86.)
+
+The small model (`roll-tiny://small`, about 10M parameters against the tiny one's 1.2M) on the row's
+demonstrations, otherwise the row's recipe (`roll run configs/agentic/learning/sokoban_sft.yaml
+pretrain=roll-tiny://small ...` 600 steps, then multi_env_grpo.yaml from it): SFT 1138 s beside the test
+suite, RL 24 s per step alone (a median: 13.6 s training, 7.3 s the KL loss's reference forward, 3.3 s
+rollouts), so 300 steps would take two hours, past the chain's 45 minutes. It starts lower (FrozenLake
+11.7 / 15.6, the larger room 8.6 / 2.3, the different symbols 3.9 / 10.2) and at the row's lr had moved
+none of them by step 50 (13.3 / 19.5, 6.2 / 4.7, 0.8 / 10.2; stopped)."""
 
 
 WEBSHOP_NOTES = """WebShop (`--envs webshop`, configs/agentic/learning/webshop_*.yaml; `python bench/webshop_probe.py`
