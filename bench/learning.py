@@ -475,7 +475,16 @@ pretrain=roll-tiny://small ...` 600 steps, then multi_env_grpo.yaml from it): SF
 suite, RL 24 s per step alone (a median: 13.6 s training, 7.3 s the KL loss's reference forward, 3.3 s
 rollouts), so 300 steps would take two hours, past the chain's 45 minutes. It starts lower (FrozenLake
 11.7 / 15.6, the larger room 8.6 / 2.3, the different symbols 3.9 / 10.2) and at the row's lr had moved
-none of them by step 50 (13.3 / 19.5, 6.2 / 4.7, 0.8 / 10.2; stopped)."""
+none of them by step 50 (13.3 / 19.5, 6.2 / 4.7, 0.8 / 10.2; stopped).
+
+Which trained env lifts the larger room (from the row's SFT model, seed 42, 128 episodes per env and
+mode; start 20.3 / 12.5). FrozenLake alone (`'train_env_manager.tags=[FrozenLake]'
+'train_env_manager.num_groups_partition=[8]'`, 300 steps, 893 s beside another run): 16.4 / 16.4, 18.0 /
+23.4, 18.0 / 18.8, 21.1 / 23.4, 17.2 / 18.8, 19.5 / 21.1 at steps 50-300 (FrozenLake 15.6 / 28.1 -> 77.3 /
+73.4): sampled success rises by about 9, greedy not at all. Two Sokoban and six FrozenLake groups per
+step (`num_groups_partition: [2, 6]`, the chain rerun with --reuse): 24.2 / 18.8, 21.9 / 13.3, 15.6 / 14.8,
+14.1 / 13.3 at steps 50-200 (stopped). With the Sokoban-only runs above (the larger room flat or falling),
+the row's +9.4 needs both envs in the batch, at the row's even split."""
 
 
 WEBSHOP_NOTES = """WebShop (`--envs webshop`, configs/agentic/learning/webshop_*.yaml; `python bench/webshop_probe.py`
