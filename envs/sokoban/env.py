@@ -145,11 +145,7 @@ class SokobanEnv(TextEnv):
         text = self.layout.render(self.player, self.boxes, self.symbols)
         if self.canvas is None:
             return text
-        cols, rows = self.canvas
-        if self.layout.width > cols or self.layout.height > rows:
-            raise ValueError(
-                f"a {self.layout.width}x{self.layout.height} room does not fit the canvas {cols}x{rows}"
-            )
+        cols, rows = self.canvas  # the room fits: checked at construction, a fixed level at reset
         wall = self.symbols["wall"]
         lines = [line + wall * (cols - len(line)) for line in text.split("\n")]
         lines += [wall * cols] * (rows - len(lines))
