@@ -3,6 +3,7 @@ mid-run (as a crash or the OOM killer would); the run completes every step and c
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,8 @@ from integration.helpers import REPO, read_metrics
 pytestmark = pytest.mark.integration
 
 CONFIG = REPO / "configs/agentic/sokoban_cpu.yaml"
+# a line Ray forwarded from a worker process: "(pid=123) ..." or "(ActorWorker pid=123) ...", maybe coloured
+RAY_WORKER_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\([^)]*\bpid=\d+[^)]*\)")
 
 
 def _killer(out: Path, after_step: int, target: str, busy_with: str | None, result: dict,
@@ -86,7 +89,11 @@ def test_killed_trainer_rank_stops_cleanly_and_resume_loses_no_finished_step(tmp
     err = capsys.readouterr().err
     assert rc == 1, err[-2000:]
     message = [line for line in err.splitlines() if line.startswith("roll: ")]
-    assert message and "actor_train" in message[0] and "Traceback" not in err, err[-2000:]
+    # the shared test cluster forwards worker output (log_to_driver; `roll run` does not, see
+    # tests/integration/test_console_output.py): a worker stopped mid-import may print Ray's own
+    # SystemExit traceback there. Roll's lines are the rest, and carry none.
+    own = "\n".join(line for line in err.splitlines() if not RAY_WORKER_LINE.match(line))
+    assert message and "actor_train" in message[0] and "Traceback" not in own, err[-2000:]
     logged = max(read_metrics(out))
     latest = int((out / "checkpoints" / "latest").read_text().strip().removeprefix("step-"))
     assert latest == logged >= 2  # every finished step is in a checkpoint: only the step in flight is lost
