@@ -204,11 +204,11 @@ def _canvas_size(canvas: int | Sequence[int] | None, width: int, height: int) ->
     """``canvas`` as (columns, rows), checked against the generated room's size."""
     if canvas is None:
         return None
-    if isinstance(canvas, bool) or not isinstance(canvas, (int, Sequence)) or isinstance(canvas, str):
-        raise ValueError(f"canvas must be an int or [columns, rows], got {canvas!r}")
-    size = (canvas, canvas) if isinstance(canvas, int) else tuple(canvas)
-    if len(size) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in size):
+    size = (canvas, canvas) if isinstance(canvas, int) else canvas
+    if (isinstance(size, str) or not isinstance(size, Sequence) or len(size) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in size)):
         raise ValueError(f"canvas must be an int or [columns, rows] of ints, got {canvas!r}")
+    size = tuple(size)
     if size[0] < width or size[1] < height:
         raise ValueError(f"canvas {size[0]}x{size[1]} is smaller than the {width}x{height} room")
     return size
