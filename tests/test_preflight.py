@@ -77,6 +77,13 @@ SEMANTIC_CASES = {
                             "actor_train.training_args.max_tokens_per_micro_batch: sequence packing is implemented for "
                             "torch_train and deepspeed; megatron would ignore it"),
     "resume path that does not exist": (["resume_from_checkpoint=/no/such/checkpoint"], "resume_from_checkpoint: /no/such/checkpoint does not exist"),
+    "greedy rollouts in groups": (["actor_infer.generating_args.temperature=0"],
+                                  "actor_infer.generating_args: temperature: 0 decodes greedily, so the 4 samples of a group "
+                                  "(train_env_manager.group_size) give the same answers and grpo's advantages"),
+    "greedy rollouts, gigpo": (["actor_infer.generating_args.do_sample=false", "algorithm.adv_estimator=gigpo",
+                                "train_env_manager.mode=step"],
+                               "do_sample: false decodes greedily, so the 4 samples of a group (train_env_manager.group_size) "
+                               "give the same answers and gigpo's advantages, measured within each group, are all zero"),
 }
 
 
@@ -104,6 +111,24 @@ def test_numbers_out_of_range_are_config_errors(override, capsys, out_dir):
     rc, out = plan(capsys, SOKOBAN, out_dir, override)
     assert rc == 2
     assert RANGE_CASES[override] in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("overrides", [
+    ["train_env_manager.group_size=1", "train_env_manager.num_groups_partition=[8]"],  # no group to compare within
+    ["algorithm.reward_norm.group_by=batch"],  # the baseline spans the batch: greedy episodes still differ by room
+    ["algorithm.adv_estimator=reinforce_pp"],  # whitened over the batch
+])
+def test_greedy_rollouts_pass_where_advantages_are_not_within_a_group(overrides, capsys, out_dir):
+    rc, out = plan(capsys, SOKOBAN, out_dir, "actor_infer.generating_args.temperature=0", *overrides)
+    assert "decodes greedily" not in out, out[-2000:]
+    assert rc == 0 and "plan OK" in out, out[-2000:]
+
+
+def test_greedy_rlvr_groups_are_rejected(tmp_path, capsys):
+    rc, out = plan(capsys, RLVR, f"output_dir={tmp_path / 'run'}", "actor_infer.generating_args.do_sample=false")
+    assert rc == 1 and "plan OK" not in out
+    assert ("actor_infer.generating_args: do_sample: false decodes greedily, so the 2 samples of a group "
+            "(actor_infer.generating_args.num_return_sequences)") in out, out[-2000:]
 
 
 def test_every_problem_is_listed_at_once(capsys, out_dir):

@@ -15,6 +15,7 @@ What is checked (docs/config.md, section Pre-flight, is the user's copy of this 
 - rlvr / sft: data files exist and parse; every rlvr domain has a reward;
 - models, checkpoints and output paths exist or can be created;
 - role requirements of the algorithm (gae -> critic, KL -> reference) and its loss settings;
+- greedy rollouts with a group-relative estimator (every advantage would be zero);
 - ``lora``: a backend with LoRA (torch_train, deepspeed; not the critic), peft installed,
   ``target_modules`` naming linear modules of the model;
 - placement and batch arithmetic (:mod:`roll.distributed.resource_pool`), including the GPU
@@ -160,6 +161,40 @@ def _check_algorithm(cfg: Any, problems: list[str]) -> None:
     if low is not None and high is not None and low >= high:
         problems.append(f"algorithm: difficulty_mask_low {low} must be below difficulty_mask_high {high} "
                         "(otherwise every group is masked)")
+    _check_greedy_groups(cfg, problems)
+
+
+def _within_group(alg: Any) -> bool:
+    """Whether the estimator's advantage compares a sample only with the other samples of its
+    group (so a group of identical samples gets zero advantage everywhere)."""
+    if alg.adv_estimator == "rloo":
+        return True
+    if alg.adv_estimator == "reinforce_pp":
+        return bool(alg.adv_estimator_args.get("group_baseline", False))
+    norm = alg.reward_norm
+    return alg.adv_estimator in ("grpo", "reinforce", "gigpo") and norm.group_by == "group" and norm.method != "none"
+
+
+def _check_greedy_groups(cfg: Any, problems: list[str]) -> None:
+    """Greedy rollouts with a group-relative estimator train on nothing: the samples of a group
+    share their prompt (and, agentic, their env seed), so greedy decoding gives each the same
+    answers, every group's rewards are equal and every advantage is zero."""
+    if cfg.pipeline not in ("agentic", "rlvr") or cfg.actor_infer is None:
+        return
+    gen = cfg.actor_infer.generating_args
+    if gen.do_sample and gen.temperature > 0:
+        return
+    if cfg.pipeline == "agentic":
+        size, where = cfg.train_env_manager.group_size, "train_env_manager.group_size"
+    else:
+        size, where = gen.num_return_sequences, "actor_infer.generating_args.num_return_sequences"
+    if size > 1 and _within_group(cfg.algorithm):
+        greedy = "do_sample: false" if not gen.do_sample else "temperature: 0"
+        problems.append(f"actor_infer.generating_args: {greedy} decodes greedily, so the {size} samples of a group "
+                        f"({where}) give the same answers and {cfg.algorithm.adv_estimator}'s advantages, "
+                        f"measured within each group, are all zero: nothing would be learnt from the rewards. "
+                        f"Sample the rollouts (do_sample: true, temperature > 0); greedy validation is "
+                        f"`val_decoding: [greedy]`")
 
 
 def _check_names(cfg: Any, problems: list[str]) -> None:
