@@ -20,7 +20,7 @@ import yaml
 
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError, to_dict
-from roll.errors import CheckpointError
+from roll.errors import CheckpointError, RunFailedError
 from roll.tracking import create_tracker, resolve_trackers
 from roll.utils.checkpoint import CheckpointManager, set_rng_state, verify_checkpoint
 from roll.utils.console import (VERBOSE_ENV, RunConsole, copy_worker_logs, is_verbose, link_worker_logs,
@@ -140,6 +140,33 @@ def init_ray(cfg: PipelineConfig) -> None:
 
         start_reaper()
         own_worker_logs()
+
+
+class LearningSignal:
+    """Whether any training step of a run had an advantage other than zero.
+
+    Pipelines whose steps report ``reward/advantages_max`` / ``_min`` (agentic, rlvr) train on
+    advantages; when every step's advantages were all zero (every group's episodes scored
+    alike: a reward that never varies, or rollouts that cannot differ) the policy learnt
+    nothing from the rewards, and the run fails at its end, before its final checkpoint and
+    model are written (its metrics, curves and logs are kept)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.nonzero = 0
+
+    def add(self, metrics: dict[str, float]) -> None:
+        if "reward/advantages_max" not in metrics:
+            return
+        self.steps += 1
+        self.nonzero += int(max(abs(metrics["reward/advantages_max"]), abs(metrics.get("reward/advantages_min", 0.0))) > 0)
+
+    def check(self, start: int, end: int) -> None:
+        if self.steps and not self.nonzero:
+            raise RunFailedError(
+                f"no learning signal: every advantage of steps {start + 1}-{end} was zero (in each group every "
+                f"episode scored the same), so the policy learnt nothing from the rewards; see "
+                f"reward/<tag>/zero_std_groups in the metrics and the episodes' rewards (roll view)")
 
 
 class BasePipeline:
@@ -341,11 +368,13 @@ class BasePipeline:
                     metrics = {**self.validate(0), **self.timings}
                 self.tracker.log(metrics, step=0)
                 console.validation(0, metrics)
+            signal = LearningSignal()
             with console:
                 for step in range(self.start_step, cfg.max_steps):
                     self.timings = {}
                     t0 = time.perf_counter()
                     metrics = self.train_step(step)
+                    signal.add(metrics)
                     done = step + 1
                     if cfg.save_steps and done % cfg.save_steps == 0 and done < cfg.max_steps:
                         with self.timer("checkpoint"):
@@ -358,6 +387,7 @@ class BasePipeline:
                     if done % max(1, cfg.logging_steps) == 0 or done == cfg.max_steps:
                         self.tracker.log(metrics, step=done)
                     console.step(done, metrics, status=self.status_line(metrics))
+            signal.check(self.start_step, cfg.max_steps)
             self.save_checkpoint(cfg.max_steps)
             self.finalize()
         finally:

@@ -3,6 +3,7 @@ a non-zero exit, one line naming the env and the error, the traceback in the run
 and no checkpoint or final model from a run that trained nothing."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -73,3 +74,63 @@ def test_env_raising_on_turn_3_stops_the_run(tmp_path):
     assert f'{tmp_path / "broken_env_plugin.py"}", line 21, in step' in log
     assert '{"board": None}["board"].strip()' in log
     assert not (out / "checkpoints" / "step-1").exists() and not (out / "final_model").exists()
+
+
+FLAT_REWARD_PLUGIN = '''
+import gymnasium
+from gymnasium import spaces
+
+
+class FlatReward(gymnasium.Env):
+    """Every answer earns 0.5 and every episode ends after two turns: the bug is a reward that
+    never looks at the answer."""
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Text(max_length=100)
+        self.action_space = spaces.Text(max_length=100)
+        self.turn = 0
+
+    def reset(self, seed=None, options=None):
+        self.turn = 0
+        return "say something", {}
+
+    def step(self, action):
+        self.turn += 1
+        return f"turn {self.turn}", 0.5, self.turn >= 2, False, {}
+
+
+gymnasium.register(id="usertest/FlatReward-v0", entry_point=FlatReward, disable_env_checker=True)
+'''
+
+
+def test_reward_that_never_varies_fails_the_run(tmp_path):
+    (tmp_path / "flat_reward_plugin.py").write_text(FLAT_REWARD_PLUGIN)
+    out = tmp_path / "run"
+    config = tmp_path / "flat.yaml"
+    config.write_text(textwrap.dedent(f"""
+        defaults: [{REPO / "configs/agentic/base_cpu.yaml"}]
+        imports: [flat_reward_plugin]
+        max_steps: 2
+        eval_steps: 0
+        show_progress: false
+        output_dir: {out}
+        custom_envs:
+          Flat: {{env_id: usertest/FlatReward-v0, max_turns: 3}}
+        train_env_manager: {{tags: [Flat], group_size: 2}}
+        actor_infer: {{generating_args: {{max_new_tokens: 4}}}}
+        """))
+    env = cli_env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
+    proc = subprocess.run([sys.executable, "-m", "roll", "run", str(config)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("roll: ")]
+    assert lines and "no learning signal: every advantage of steps 1-2 was zero" in lines[0], proc.stderr[-3000:]
+    assert "reward/<tag>/zero_std_groups" in lines[0]
+    assert "RunFailedError: no learning signal" in (out / "run.log").read_text()
+    # no final checkpoint or model from a run that learnt nothing; its metrics stay for the user to read
+    assert not (out / "final_model").exists() and not (out / "checkpoints" / "step-2").exists()
+    steps = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "reward/advantages_max" in s] == [1, 2]
+    assert all(s["reward/advantages_max"] == 0 == s["reward/advantages_min"] for s in steps if "reward/advantages_max" in s)
