@@ -20,7 +20,7 @@ import yaml
 
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError, to_dict
-from roll.errors import CheckpointError, RunFailedError
+from roll.errors import CheckpointError
 from roll.tracking import create_tracker, resolve_trackers
 from roll.utils.checkpoint import CheckpointManager, set_rng_state, verify_checkpoint
 from roll.utils.console import (VERBOSE_ENV, RunConsole, copy_worker_logs, is_verbose, link_worker_logs,
@@ -147,9 +147,10 @@ class LearningSignal:
 
     Pipelines whose steps report ``reward/advantages_max`` / ``_min`` (agentic, rlvr) train on
     advantages; when every step's advantages were all zero (every group's episodes scored
-    alike: a reward that never varies, or rollouts that cannot differ) the policy learnt
-    nothing from the rewards, and the run fails at its end, before its final checkpoint and
-    model are written (its metrics, curves and logs are kept)."""
+    alike: a reward that never varies, or a policy that fails every episode the same way) the
+    policy learnt nothing from the rewards. The run still ends normally (a smoke run of a
+    random model often sees no reward at all) and says so in one warning, on the console and
+    in ``run.log``."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -161,10 +162,10 @@ class LearningSignal:
         self.steps += 1
         self.nonzero += int(max(abs(metrics["reward/advantages_max"]), abs(metrics.get("reward/advantages_min", 0.0))) > 0)
 
-    def check(self, start: int, end: int) -> None:
-        if self.steps and not self.nonzero:
-            raise RunFailedError(
-                f"no learning signal: every advantage of steps {start + 1}-{end} was zero (in each group every "
+    def problem(self, start: int, end: int) -> Optional[str]:
+        if not self.steps or self.nonzero:
+            return None
+        return (f"no learning signal: every advantage of steps {start + 1}-{end} was zero (in each group every "
                 f"episode scored the same), so the policy learnt nothing from the rewards; see "
                 f"reward/<tag>/zero_std_groups in the metrics and the episodes' rewards (roll view)")
 
@@ -387,9 +388,11 @@ class BasePipeline:
                     if done % max(1, cfg.logging_steps) == 0 or done == cfg.max_steps:
                         self.tracker.log(metrics, step=done)
                     console.step(done, metrics, status=self.status_line(metrics))
-            signal.check(self.start_step, cfg.max_steps)
             self.save_checkpoint(cfg.max_steps)
             self.finalize()
+            no_signal = signal.problem(self.start_step, cfg.max_steps)
+            if no_signal:
+                logger.warning(no_signal)
         finally:
             self.shutdown()
             if self.tracker is not None:

@@ -1,6 +1,7 @@
 """`roll run` on a user's broken env (registered through `imports:`), as a new user meets it:
 a non-zero exit, one line naming the env and the error, the traceback in the run directory,
-and no checkpoint or final model from a run that trained nothing."""
+and no checkpoint or final model from a run that trained nothing; and a run whose rewards never
+vary, told at its end that it learnt nothing from them."""
 from __future__ import annotations
 
 import json
@@ -104,7 +105,7 @@ gymnasium.register(id="usertest/FlatReward-v0", entry_point=FlatReward, disable_
 '''
 
 
-def test_reward_that_never_varies_fails_the_run(tmp_path):
+def test_reward_that_never_varies_is_named_at_the_end_of_the_run(tmp_path):
     (tmp_path / "flat_reward_plugin.py").write_text(FLAT_REWARD_PLUGIN)
     out = tmp_path / "run"
     config = tmp_path / "flat.yaml"
@@ -124,13 +125,14 @@ def test_reward_that_never_varies_fails_the_run(tmp_path):
     env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
     proc = subprocess.run([sys.executable, "-m", "roll", "run", str(config)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("roll: ")]
-    assert lines and "no learning signal: every advantage of steps 1-2 was zero" in lines[0], proc.stderr[-3000:]
-    assert "reward/<tag>/zero_std_groups" in lines[0]
-    assert "RunFailedError: no learning signal" in (out / "run.log").read_text()
-    # no final checkpoint or model from a run that learnt nothing; its metrics stay for the user to read
-    assert not (out / "final_model").exists() and not (out / "checkpoints" / "step-2").exists()
+    # the run ends normally (a smoke run of a random model often sees no reward either) and says
+    # once, on the console and in its log, that the policy got nothing to learn from
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warned = [line for line in proc.stderr.splitlines() if "no learning signal" in line]
+    assert len(warned) == 1, proc.stderr[-3000:]
+    assert "every advantage of steps 1-2 was zero" in warned[0] and "reward/<tag>/zero_std_groups" in warned[0]
+    assert "no learning signal: every advantage of steps 1-2 was zero" in (out / "run.log").read_text()
+    assert (out / "final_model" / "config.json").exists()
     steps = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps if "reward/advantages_max" in s] == [1, 2]
-    assert all(s["reward/advantages_max"] == 0 == s["reward/advantages_min"] for s in steps if "reward/advantages_max" in s)
+    adv = [(s["reward/advantages_min"], s["reward/advantages_max"]) for s in steps if "reward/advantages_max" in s]
+    assert adv == [(0.0, 0.0), (0.0, 0.0)]
