@@ -192,6 +192,47 @@ def test_rlvr_missing_file_and_unrouted_domain(tmp_path, capsys):
     assert "rewards: no reward for data domains ['poetry']" in out
 
 
+def test_reward_fn_args_are_checked_against_what_the_function_reads(tmp_path, capsys):
+    rc, out = plan(capsys, RLVR, f"output_dir={tmp_path / 'run'}", "rewards.code.reward_fn_args.timout_s=2",
+                   "rewards.qa.reward_fn_args.score_pattern=([0-9]", "rewards.math.reward_fn_args.rel_tol=0.01")
+    assert rc == 1 and "plan OK" not in out
+    assert ("rewards.code.reward_fn_args.timout_s: reward function 'code_sandbox' reads no field 'timout_s'; "
+            "did you mean 'timeout_s'?") in out, out[-2000:]
+    assert "rewards.qa.reward_fn_args.score_pattern: '([0-9]' is not a regular expression" in out
+    assert "rel_tol" not in out  # a field math_rule reads passes
+    assert out.count("rewards.") == 2
+
+
+USER_REWARDS = """
+from roll.registry import REWARDS
+from roll.rewards.base import RewardOutput
+
+
+@REWARDS.register("preflight_test_keywords")
+def keywords(sample, *, bonus=0.0, strict=False):
+    return RewardOutput(bonus)
+
+
+@REWARDS.register("preflight_test_any_field")
+def any_field(sample, **fields):
+    return RewardOutput(0.0)
+"""
+
+
+def test_user_reward_args_are_checked_when_its_signature_names_them(tmp_path, capsys, monkeypatch):
+    (tmp_path / "preflight_user_rewards.py").write_text(USER_REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = [f"output_dir={tmp_path / 'run'}", "imports=[preflight_user_rewards]"]
+    rc, out = plan(capsys, RLVR, *common, "rewards.math.reward_fn=preflight_test_keywords",
+                   "rewards.math.reward_fn_args={bonus: 1.0, strikt: true}")
+    assert rc == 1
+    assert ("rewards.math.reward_fn_args.strikt: reward function 'preflight_test_keywords' reads no field 'strikt'; "
+            "did you mean 'strict'? (it reads: bonus, strict)") in out, out[-2000:]
+    rc, out = plan(capsys, RLVR, *common, "rewards.math.reward_fn=preflight_test_any_field",
+                   "rewards.math.reward_fn_args={anything: 1}")
+    assert rc == 0 and "plan OK" in out, out[-2000:]  # **fields without @reads: nothing to check against
+
+
 def test_sft_data_lines_are_checked(tmp_path, capsys):
     data = tmp_path / "demos.jsonl"
     data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps({"text": "x"}) + "\n")

@@ -9,7 +9,8 @@ What is checked (docs/config.md, section Pre-flight, is the user's copy of this 
 
 - ``imports:`` modules import;
 - names resolve in their registries: pipeline, strategies (and backend packages), advantage
-  estimator, policy loss, reward functions, group filters, trackers (and their packages);
+  estimator, policy loss, reward functions (and the ``reward_fn_args`` keys they read), group
+  filters, trackers (and their packages);
 - agentic: env tags exist, env ids are registered, their entry points import and accept the
   ``env_kwargs``;
 - rlvr / sft: data files exist and parse; every rlvr domain has a reward;
@@ -197,6 +198,44 @@ def _check_greedy_groups(cfg: Any, problems: list[str]) -> None:
                         f"`val_decoding: [greedy]`")
 
 
+def _reward_options(fn: Any) -> frozenset[str] | None:
+    """The ``reward_fn_args`` keys a reward function reads: declared with
+    ``roll.rewards.base.reads``, else its keyword parameters; None when it takes any
+    (``**fields`` without a declaration: nothing to compare against)."""
+    declared = getattr(fn, "reward_options", None)
+    if declared is not None:
+        return frozenset(declared)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params[1:] if p.kind is not p.VAR_POSITIONAL)  # after the sample
+
+
+def _check_reward_args(name: str, rc: Any, problems: list[str]) -> None:
+    from roll.registry import REWARDS
+
+    try:
+        fn = REWARDS.get(rc.reward_fn)
+    except Exception as e:  # a user's entry point that fails to import: reported with the others
+        problems.append(f"rewards.{name}.reward_fn: cannot load {rc.reward_fn!r}: {_describe(e)}")
+        return
+    options = _reward_options(fn)
+    if options is None:
+        return
+    for key in rc.reward_fn_args:
+        if key not in options:
+            problems.append(f"rewards.{name}.reward_fn_args.{key}: reward function {rc.reward_fn!r} reads no field "
+                            f"{key!r}{_suggest(key, options)} (it reads: {', '.join(sorted(options)) or 'none'})")
+    pattern = rc.reward_fn_args.get("score_pattern") if rc.reward_fn == "llm_judge" else None
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            problems.append(f"rewards.{name}.reward_fn_args.score_pattern: {pattern!r} is not a regular expression ({e})")
+
 def _check_names(cfg: Any, problems: list[str]) -> None:
     from roll.registry import FILTERS, PIPELINES, REWARDS, TRACKERS
 
@@ -204,7 +243,8 @@ def _check_names(cfg: Any, problems: list[str]) -> None:
     _check_strategies(cfg, problems)
     _check_algorithm(cfg, problems)
     for name, rc in cfg.rewards.items():
-        _registered(REWARDS, rc.reward_fn, f"rewards.{name}.reward_fn", problems)
+        if _registered(REWARDS, rc.reward_fn, f"rewards.{name}.reward_fn", problems):
+            _check_reward_args(name, rc, problems)
     for mname, manager in _managers(cfg).items():
         if manager.group_filter is not None:
             _registered(FILTERS, manager.group_filter, f"{mname}.group_filter", problems)

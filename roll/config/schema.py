@@ -71,7 +71,8 @@ class RewardConfig:
     tags: list[str] = field(default_factory=list)
     """Sample tags / domains routed to this reward."""
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the reward function."""
+    """Keyword arguments of the reward function (pre-flight checks each key against the fields
+    the function reads, docs/rlvr.md)."""
     world_size: int = ranged(1, ge=1)
     """Reward worker actors for this domain."""
     timeout_s: float = ranged(60.0, gt=0)

@@ -6,7 +6,7 @@ workers), never silently scored 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 
 @dataclass
@@ -23,3 +23,16 @@ class RewardOutput:
 
 class RewardFn(Protocol):
     def __call__(self, sample: dict[str, Any], **fields: Any) -> RewardOutput: ...
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads(*names: str) -> Callable[[F], F]:
+    """Declare the fields a ``(sample, **fields)`` reward function reads, from
+    ``reward_fn_args`` or the sample: pre-flight then names any ``reward_fn_args`` key it would
+    never read (a typo would otherwise be ignored). Set as ``fn.reward_options``."""
+    def mark(fn: F) -> F:
+        fn.reward_options = frozenset(names)  # type: ignore[attr-defined]
+        return fn
+    return mark

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll.registry import REWARDS
-from roll.rewards.base import RewardOutput
+from roll.rewards.base import RewardOutput, reads
 from roll.sandbox import ExecutionResult, SandboxPool, get_pool
 
 NO_CODE_HINT = "put the program in a ```python code block or inside <answer></answer>"
@@ -578,6 +578,7 @@ _SAMPLE_FIELDS = ("tests", "test_cases", "fn_name", "float_tolerance")
 
 
 @REWARDS.register("code_sandbox")
+@reads("tests", "test_cases", "fn_name", "score", "budget_s", "sandbox", "max_concurrency", "timeout_s", "float_tolerance")
 def code_sandbox_reward(sample: dict, **fields: Any) -> RewardOutput:
     """Run the program in the sample's response against its tests in the sandbox.
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roll.registry import REWARDS
-from roll.rewards.base import RewardOutput
+from roll.rewards.base import RewardOutput, reads
 
 CHECKERS: dict[str, Callable[..., bool]] = {}
 
@@ -198,6 +198,7 @@ def check_constraint(text: str, constraint: dict) -> bool:
 
 
 @REWARDS.register("ifeval")
+@reads("constraints", "strict")
 def ifeval_reward(sample: dict, **fields: Any) -> RewardOutput:
     """Fraction of the sample's ``constraints`` the response satisfies (``strict``: all or
     nothing). Components: one 0/1 per constraint type, and ``all``. A leading <think> block

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from roll.registry import REWARDS
-from roll.rewards.base import RewardOutput
+from roll.rewards.base import RewardOutput, reads
 if TYPE_CHECKING:
     from roll.strategies.base import GenerationRequest, GenerationResult
 
@@ -104,6 +104,8 @@ def parse_score(reply: str, pattern: str = DEFAULT_SCORE_PATTERN, max_score: flo
 
 
 @REWARDS.register("llm_judge")
+@reads("prompt_template", "score_pattern", "max_score", "success_threshold", "max_new_tokens", "ground_truth", "reference",
+       "prompt_text", "prompt")
 def llm_judge_reward(sample: dict, **fields: Any) -> RewardOutput:
     """Score from a judge model. Fields: ``judge`` (a JudgeClient, provided by the reward
     worker), ``prompt_template`` (placeholders {question} {response} {reference}

@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from roll.registry import REWARDS
-from roll.rewards.base import RewardOutput
+from roll.rewards.base import RewardOutput, reads
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _ANSWER_PHRASE = re.compile(
@@ -209,6 +209,7 @@ def countdown_correct(expression: str, numbers: list[int], target: float) -> boo
 
 
 @REWARDS.register("math_rule")
+@reads("ground_truth", "answer", "rel_tol", "abs_tol", "allow_last_number", "symbolic", "format_score", "countdown_numbers")
 def math_rule_reward(sample: dict, **fields: Any) -> RewardOutput:
     """Score 1 when the response's final answer equals ``ground_truth``, else 0 (or ``format_score``).
 

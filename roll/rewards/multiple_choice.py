@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from roll.registry import REWARDS
-from roll.rewards.base import RewardOutput
+from roll.rewards.base import RewardOutput, reads
 
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _PHRASE = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*:?\s*(.+?)\s*(?:$|\n)", re.IGNORECASE)
@@ -63,6 +63,7 @@ def _letters(n: int) -> str:
 
 
 @REWARDS.register("multiple_choice")
+@reads("ground_truth", "answer", "choices")
 def multiple_choice_reward(sample: dict, **fields: Any) -> RewardOutput:
     """1 when the chosen letter equals ``ground_truth`` (a letter, or the correct option's
     text when ``choices`` lists the options). Fields: ``ground_truth`` (or ``answer``),
@@ -94,6 +95,7 @@ def normalize_text(s: str) -> str:
 
 
 @REWARDS.register("exact_match")
+@reads("ground_truth", "answer")
 def exact_match_reward(sample: dict, **fields: Any) -> RewardOutput:
     """1 when the final answer equals ``ground_truth`` (a string or a list of accepted
     strings) after case folding and removing punctuation and articles."""
