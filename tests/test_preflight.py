@@ -192,6 +192,14 @@ def test_rlvr_missing_file_and_unrouted_domain(tmp_path, capsys):
     assert "rewards: no reward for data domains ['poetry']" in out
 
 
+def test_a_domain_with_data_and_no_probability_is_named(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "p", "tag": t}) + "\n" for t in ("math", "code", "ifeval", "mcq", "qa", "poetry")))
+    rc, out = plan(capsys, RLVR, f"output_dir={tmp_path / 'run'}", f"data.train_files=[{data}]", "data.val_files=[]")
+    assert rc == 1  # multi_domain_cpu.yaml's probabilities list the five shipped domains: poetry would never be drawn
+    assert "data.domain_interleave_probs: domain_interleave_probs gives no probability to domains with data: ['poetry']" in out
+
+
 def test_reward_fn_args_are_checked_against_what_the_function_reads(tmp_path, capsys):
     rc, out = plan(capsys, RLVR, f"output_dir={tmp_path / 'run'}", "rewards.code.reward_fn_args.timout_s=2",
                    "rewards.qa.reward_fn_args.score_pattern=([0-9]", "rewards.math.reward_fn_args.rel_tol=0.01")

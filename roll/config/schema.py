@@ -98,7 +98,8 @@ class DataConfig:
     val_files: list[str] = field(default_factory=list)
     """Held-out files for validation."""
     domain_interleave_probs: dict[str, float] = field(default_factory=dict)
-    """Sampling probability per domain/tag (RLVR)."""
+    """Sampling probability per domain/tag (RLVR); empty: uniform. Given, it lists every domain
+    with training data (0 leaves one out)."""
     max_prompt_length: int = ranged(512, ge=1)
     """Prompts longer than this (tokens) are dropped and counted."""
     messages_key: str = "messages"

@@ -109,7 +109,8 @@ def load_prompts(files: Sequence[str], messages_key: str = "messages", prompt_ke
 
 def normalize_probs(probs: dict[str, float], tags: Iterable[str]) -> dict[str, float]:
     """Probabilities over the domains to sample: ``probs`` normalised (empty: uniform over the
-    tags present). Every domain with a positive probability must have data."""
+    tags present). Every domain with a positive probability must have data, and every domain
+    with data must be listed (0 leaves it out)."""
     tags = sorted(set(tags))
     if not probs:
         if not tags:
@@ -121,6 +122,10 @@ def normalize_probs(probs: dict[str, float], tags: Iterable[str]) -> dict[str, f
     missing = [k for k, v in probs.items() if v > 0 and k not in tags]
     if missing:
         raise DataError(f"domain_interleave_probs names domains without data: {missing} (data has {tags})")
+    unlisted = [t for t in tags if t not in probs]
+    if unlisted:  # they would never be sampled: say so rather than drop their data unseen
+        raise DataError(f"domain_interleave_probs gives no probability to domains with data: {unlisted} "
+                        f"(list every domain; 0 leaves one out)")
     total = float(sum(probs.values()))
     if total <= 0:
         raise DataError("domain_interleave_probs sum to 0")

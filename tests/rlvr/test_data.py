@@ -19,14 +19,14 @@ def _samples(counts):
 
 
 @pytest.mark.parametrize("probs", [{"math": 0.5, "code": 0.2, "ifeval": 0.2, "mcq": 0.1},
-                                   {"math": 0.05, "code": 0.9, "ifeval": 0.05}, {"math": 3, "code": 1}])
+                                   {"math": 0.05, "code": 0.9, "ifeval": 0.05, "mcq": 0}, {"math": 3, "code": 1, "ifeval": 0, "mcq": 0}])
 def test_proportions_over_10000_draws(probs):
     sampler = DomainSampler(_samples({"math": 50, "code": 7, "ifeval": 30, "mcq": 11}), probs, seed=1)
     counts = Counter(s.tag for s in sampler.sample(10_000))
     total = sum(probs.values())
     for tag, p in probs.items():
         assert abs(counts[tag] / 10_000 - p / total) < 0.02, (tag, counts)
-    assert set(counts) == set(probs)
+    assert set(counts) == {t for t, p in probs.items() if p > 0}
 
 
 def test_every_window_is_close_to_the_proportions():
@@ -54,6 +54,8 @@ def test_state_dict_resumes_the_same_stream():
 def test_probs_validation():
     assert normalize_probs({}, ["x", "y"]) == {"x": 0.5, "y": 0.5}
     assert normalize_probs({"x": 1, "y": 0}, ["x", "y"]) == {"x": 1.0}
+    with pytest.raises(DataError, match=r"gives no probability to domains with data: \['y'\]"):
+        normalize_probs({"x": 1}, ["x", "y"])  # y's data would never be sampled
     with pytest.raises(DataError, match="without data"):
         normalize_probs({"z": 1}, ["x"])
     with pytest.raises(DataError, match="non-negative"):
