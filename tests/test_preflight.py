@@ -77,6 +77,8 @@ SEMANTIC_CASES = {
                             "actor_train.training_args.max_tokens_per_micro_batch: sequence packing is implemented for "
                             "torch_train and deepspeed; megatron would ignore it"),
     "resume path that does not exist": (["resume_from_checkpoint=/no/such/checkpoint"], "resume_from_checkpoint: /no/such/checkpoint does not exist"),
+    "env tag listed twice": (["train_env_manager.tags=[SimpleSokoban,SimpleSokoban]"],
+                             "train_env_manager.tags[1]: 'SimpleSokoban' is listed twice"),
     "greedy rollouts in groups": (["actor_infer.generating_args.temperature=0"],
                                   "actor_infer.generating_args: temperature: 0 decodes greedily, so the 4 samples of a group "
                                   "(train_env_manager.group_size) give the same answers and grpo's advantages"),
@@ -320,6 +322,28 @@ def test_shipped_configs_pass_preflight(path, tmp_path):
     generated = [p for p in problems if "data file output/" in p and "not found" in p]
     assert [p for p in problems if p not in generated] == []
     assert all(f.startswith("output/") for f in cfg.data.train_files) or not generated
+
+
+def test_validation_on_training_seeds_is_a_plan_warning(capsys, out_dir):
+    # sokoban_cpu.yaml: 4 steps of 2 groups from seed 42 + 0 (seeds 42-49); 8 validation groups at offset 4
+    rc, out = plan(capsys, SOKOBAN, out_dir, "val_env_manager.seed_offset=4")
+    assert rc == 0 and "plan OK" in out
+    assert ("warning: val_env_manager: validation of tag 'SimpleSokoban' uses env seeds 46-53, which training draws "
+            "from too (42-49 over 4 steps): it would replay training episodes") in out, out[-2000:]
+    rc, out = plan(capsys, SOKOBAN, out_dir, "val_env_manager.seed_offset=8")  # seeds 50-57: just past training's
+    assert rc == 0 and "replay" not in out
+
+
+@pytest.mark.parametrize("path", [p for p in RUNNABLE if "agentic" in p.parts], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_configs_validate_on_other_seeds_than_they_train_on(path, tmp_path):
+    from roll.pipelines.chain import is_chain_file
+
+    if is_chain_file(path):
+        return
+    from roll.distributed.resource_pool import make_plan
+
+    cfg = load_config(path, [f"output_dir={tmp_path / 'run'}"])
+    assert [w for w in make_plan(cfg, CPU_BOX).warnings if "replay" in w] == []
 
 
 def test_base_configs_are_not_runnable_alone():

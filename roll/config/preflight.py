@@ -306,6 +306,9 @@ def _check_envs(cfg: Any, problems: list[str]) -> None:
         if mname == "train_env_manager" and not manager.tags:
             problems.append("train_env_manager.tags: no env tag to train on (list keys of custom_envs)")
         for i, tag in enumerate(manager.tags):
+            if tag in manager.tags[:i]:
+                problems.append(f"{mname}.tags[{i}]: {tag!r} is listed twice (to give one env more of each batch, "
+                                f"raise its entry in num_groups_partition)")
             if tag not in cfg.custom_envs:
                 problems.append(f"{mname}.tags[{i}]: {tag!r} is not a key of custom_envs{_suggest(tag, cfg.custom_envs)} "
                                 f"(custom_envs has: {', '.join(cfg.custom_envs) or 'nothing'})")

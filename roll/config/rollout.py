@@ -74,7 +74,8 @@ class EnvManagerConfig:
     """Times Ray restarts a crashed environment worker (-1: unlimited); its running episodes are
     retried, and the worker serves again once restarted."""
     seed_offset: int = ranged(0, ge=0)
-    """Env seeds of this manager start here (keep validation seeds disjoint from training)."""
+    """Env seeds of this manager start here (keep validation seeds disjoint from training: the
+    plan warns when a validation tag's seeds fall in the range training draws from)."""
 
 
 @dataclass
@@ -99,3 +100,13 @@ class RolloutConfig:
     that may fail (env/reward/inference error, timeout, dead worker) before the run stops with an
     error. A step with no trainable sample always stops the run, so the default 1.0 stops it
     only then; 0.5 also stops it when more than half failed."""
+
+
+TAG_SEED_STRIDE = 1_000_003
+"""Env seeds of a manager's i-th tag start ``i * TAG_SEED_STRIDE`` after its base, keeping tags' seed ranges apart."""
+
+
+def group_seed(seed: int, seed_offset: int, tag_index: int, group_index: int) -> int:
+    """Env seed of the ``group_index``-th group of a manager's ``tag_index``-th tag (every episode
+    of a group shares it)."""
+    return seed + seed_offset + tag_index * TAG_SEED_STRIDE + group_index

@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
+from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig, group_seed
 from roll.data.batch import Batch
 from roll.data.trajectory import FAILURE_TYPES, Trajectory, trajectories_to_batch
 from roll.errors import RollError, RunFailedError
@@ -234,8 +234,7 @@ class RolloutScheduler:
     def _new_group(self, tag: str) -> EpisodeGroup:
         idx = self._next_group[tag]
         self._next_group[tag] += 1
-        tag_offset = self.tags.index(tag) * 1_000_003  # keep tags' seed ranges apart
-        group = EpisodeGroup(tag, idx, self.seed + self.mcfg.seed_offset + tag_offset + idx, self.mcfg.group_size,
+        group = EpisodeGroup(tag, idx, group_seed(self.seed, self.mcfg.seed_offset, self.tags.index(tag), idx), self.mcfg.group_size,
                              self.mcfg.max_episode_retries, self.group_filter)
         self._groups[group.group_id] = group
         return group
