@@ -47,6 +47,12 @@ FEEDBACK_NO_EFFECT = "\nYour last action changed nothing."
 _MAX_RESUMES_PER_TURN = 64
 
 
+def _shape(result: Any) -> str:
+    """How a value an env returned looks, for an error message: ``a tuple of 4``, ``a dict``."""
+    if isinstance(result, (tuple, list)):
+        return f"a {type(result).__name__} of {len(result)}"
+    return f"a {type(result).__name__}"
+
 @dataclass
 class EpisodeSpec:
     """Which episode to run: env tag and seed, its group, and its sampling seed."""
@@ -194,8 +200,13 @@ class EnvManager:
     # ---- phases -----------------------------------------------------------------------
     async def reset(self) -> None:
         try:
-            obs, info = await self._env_call(self.env.reset, seed=self.spec.env_seed)
+            result = await self._env_call(self.env.reset, seed=self.spec.env_seed)
+            if not isinstance(result, tuple) or len(result) != 2:
+                raise self._contract_error(f"reset() returned {_shape(result)}, expected (observation, info)")
+            obs, info = result
             self._check_observation(obs, "reset")
+            if info is not None and not isinstance(info, dict):
+                raise self._contract_error(f"reset() returned a {type(info).__name__} as info, expected a dict")
         except EpisodeFailure as f:
             return self._fail(f)
         self.instruction = str((info or {}).get("instruction", "")) if self.cfg.include_instruction else ""
@@ -303,11 +314,9 @@ class EnvManager:
             if tool_turn is not None:
                 return self._append_tool_turn(tool_turn)
         try:
-            obs, reward, terminated, truncated, info = await self._env_call(self.env.step, text)
-            self._check_observation(obs, "step")
+            obs, reward, terminated, truncated, info = self._checked_step(await self._env_call(self.env.step, text))
         except EpisodeFailure as f:
             return self._fail(f)
-        info = info or {}
         self.turn += 1
         self.turn_rewards.append(float(reward))
         if self.step_mode:
@@ -462,6 +471,42 @@ class EnvManager:
             raise EpisodeFailure("env_error", f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e))) from None
         finally:
             self.env_time += time.monotonic() - t0
+
+    def _contract_error(self, what: str) -> EpisodeFailure:
+        """A permanent env failure: the env breaks the gymnasium API the same way every time."""
+        return EpisodeFailure("env_error", f"env {self.cfg.env_id!r} (tag {self.spec.tag!r}): {what}", permanent=True)
+
+    def _checked_step(self, result: Any) -> tuple[str, float, bool, bool, dict]:
+        """env.step's ``(observation, reward, terminated, truncated, info)``, checked: the five
+        values of the gymnasium API, a finite number as the reward (and as ``info["final_reward"]``),
+        a dict or None as info. Anything else is a bug in the env that would otherwise surface
+        later and elsewhere (an unpacking error in the worker, or a NaN advantage for the batch)."""
+        if not isinstance(result, tuple) or len(result) != 5:
+            old_api = isinstance(result, (tuple, list)) and len(result) == 4
+            hint = (" (the old gym API's obs, reward, done, info: gymnasium splits done into terminated and "
+                    "truncated)") if old_api else ""
+            raise self._contract_error(f"step() returned {_shape(result)}, expected (observation, reward, terminated, "
+                                       f"truncated, info){hint}")
+        obs, reward, terminated, truncated, info = result
+        self._check_observation(obs, "step")
+        if info is not None and not isinstance(info, dict):
+            raise self._contract_error(f"step() returned a {type(info).__name__} as info, expected a dict")
+        info = info or {}
+        value = self._finite(reward, "a reward")
+        if "final_reward" in info:
+            info = {**info, "final_reward": self._finite(info["final_reward"], "info['final_reward']")}
+        return obs, value, bool(terminated), bool(truncated), info
+
+    def _finite(self, x: Any, what: str) -> float:
+        try:
+            value = float(x) if not isinstance(x, (str, bytes)) and x is not None else None
+        except (TypeError, ValueError):
+            value = None
+        if value is None:
+            raise self._contract_error(f"step() returned {what} of type {type(x).__name__} ({str(x)[:40]!r}), expected a number")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise self._contract_error(f"step() returned {what} of {value}, expected a finite number")
+        return value
 
     def _check_observation(self, obs: Any, method: str) -> None:
         """Observations are text: anything else is a bug in the env, not something to render

@@ -59,6 +59,32 @@ class IntObservationEnv(_TextEnv):
         return 42, *rest
 
 
+class OldGymApiEnv(_TextEnv):
+    """step() in the old gym API: (obs, reward, done, info)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated or truncated, info
+
+
+class NanRewardEnv(_TextEnv):
+    def step(self, action):
+        obs, _, *rest = super().step(action)
+        return obs, float("nan"), *rest
+
+
+class NoneRewardEnv(_TextEnv):
+    def step(self, action):
+        obs, _, *rest = super().step(action)
+        return obs, None, *rest
+
+
+class ListInfoEnv(_TextEnv):
+    def reset(self, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, ["instruction"]
+
+
 class FailsOncePerSeedEnv(_TextEnv):
     """Raises on the first attempt at each seed only: a transient failure, retried."""
 
@@ -72,7 +98,9 @@ class FailsOncePerSeedEnv(_TextEnv):
 
 
 for _name, _cls in [("BrokenConstructor", BrokenConstructorEnv), ("RaisesOnTurn3", RaisesOnTurn3Env),
-                    ("IntObservation", IntObservationEnv), ("FailsOncePerSeed", FailsOncePerSeedEnv)]:
+                    ("IntObservation", IntObservationEnv), ("FailsOncePerSeed", FailsOncePerSeedEnv),
+                    ("OldGymApi", OldGymApiEnv), ("NanReward", NanRewardEnv), ("NoneReward", NoneRewardEnv),
+                    ("ListInfo", ListInfoEnv)]:
     if f"rolltest/{_name}-v0" not in gymnasium.registry:
         gymnasium.register(id=f"rolltest/{_name}-v0", entry_point=_cls, disable_env_checker=True)
 
@@ -131,6 +159,23 @@ def test_step_raising_on_turn_3_from_the_same_seed_twice_is_permanent(tok, mode,
 def test_non_text_observation_is_an_env_error_naming_the_env(tok, mode, tmp_path):
     msg, _ = expect_run_failure(tok, "rolltest/IntObservation-v0", mode, tmp_path)
     assert "returned a int observation from step()" in msg and "must be text" in msg
+
+
+API_BREAKS = {
+    "OldGymApi": "step() returned a tuple of 4, expected (observation, reward, terminated, truncated, info) "
+                 "(the old gym API's obs, reward, done, info",
+    "NanReward": "step() returned a reward of nan, expected a finite number",
+    "NoneReward": "step() returned a reward of type NoneType ('None'), expected a number",
+    "ListInfo": "reset() returned a list as info, expected a dict",
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(API_BREAKS))
+def test_an_env_breaking_the_gymnasium_api_stops_the_run_naming_it(tok, name, mode, tmp_path):
+    msg, log = expect_run_failure(tok, f"rolltest/{name}-v0", mode, tmp_path)
+    assert f"env 'rolltest/{name}-v0' (tag 'broken'): {API_BREAKS[name]}" in msg, msg
+    assert "fails permanently" in msg and "/a1#" not in log  # the same every time: not retried
 
 
 @pytest.mark.parametrize("mode", MODES)
