@@ -102,8 +102,8 @@ def score_sample(fn: Any, sample: dict, fields: dict) -> RewardResult:
         if not isinstance(out, RewardOutput):
             raise TypeError(f"reward function returned {type(out).__name__}, expected RewardOutput")
         score = float(out.score)
-        if math.isnan(score):  # NaN would poison group statistics
-            raise ValueError("reward function returned NaN")
+        if not math.isfinite(score):  # NaN or inf would poison group statistics
+            raise ValueError(f"reward function returned a score of {score}, expected a finite number")
     except Exception as e:  # noqa: BLE001  (any reward error is counted and surfaced by the caller, never scored)
         contract = out is not _NOT_CALLED and not isinstance(out, RewardOutput)
         return RewardResult(failed="error", error=f"{type(e).__name__}: {str(e)[:300]}",

@@ -20,6 +20,8 @@ def test_score_sample_converts_exceptions_and_bad_outputs():
     assert err.failed == "error" and err.error.startswith("ZeroDivisionError")
     assert score_sample(lambda s, **f: 1.0, {}, {}).error.startswith("TypeError")
     assert score_sample(lambda s, **f: RewardOutput(float("nan")), {}, {}).failed == "error"
+    inf = score_sample(lambda s, **f: RewardOutput(float("-inf")), {}, {})  # would make the group's advantages NaN
+    assert inf.failed == "error" and "score of -inf, expected a finite number" in inf.error
 
 
 def _cluster(name, rc, fn=None):
