@@ -77,6 +77,7 @@ SEMANTIC_CASES = {
                             "actor_train.training_args.max_tokens_per_micro_batch: sequence packing is implemented for "
                             "torch_train and deepspeed; megatron would ignore it"),
     "resume path that does not exist": (["resume_from_checkpoint=/no/such/checkpoint"], "resume_from_checkpoint: /no/such/checkpoint does not exist"),
+    "validation with no decoding mode": (["val_decoding=[]"], "val_decoding: empty, so validation (every 2 steps) would run nothing"),
     "env tag listed twice": (["train_env_manager.tags=[SimpleSokoban,SimpleSokoban]"],
                              "train_env_manager.tags[1]: 'SimpleSokoban' is listed twice"),
     "greedy rollouts in groups": (["actor_infer.generating_args.temperature=0"],

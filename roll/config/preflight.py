@@ -163,6 +163,10 @@ def _check_algorithm(cfg: Any, problems: list[str]) -> None:
         problems.append(f"algorithm: difficulty_mask_low {low} must be below difficulty_mask_high {high} "
                         "(otherwise every group is masked)")
     _check_greedy_groups(cfg, problems)
+    has_val = (cfg.pipeline == "agentic" and cfg.val_env_manager is not None) or (cfg.pipeline == "rlvr" and cfg.data.val_files)
+    if cfg.eval_steps and has_val and not cfg.val_decoding:
+        problems.append(f"val_decoding: empty, so validation (every {cfg.eval_steps} steps) would run nothing; "
+                        f"list a decoding mode ([sampled], [greedy] or both) or set eval_steps: 0")
 
 
 def _within_group(alg: Any) -> bool:
