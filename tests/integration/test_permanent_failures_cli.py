@@ -43,27 +43,34 @@ gymnasium.register(id="usertest/RaisesOnTurn3-v0", entry_point=RaisesOnTurn3, di
 '''
 
 
-def test_env_raising_on_turn_3_stops_the_run(tmp_path):
-    (tmp_path / "broken_env_plugin.py").write_text(PLUGIN)
+def run_user_env(tmp_path, plugin: str, tag: str, env_id: str, max_turns: int, save_steps: int = 0):
+    """`roll run` of a 2-step agentic config on a user's env, registered by ``plugin`` (its
+    module source) through `imports:`: (the run directory, the finished process)."""
+    (tmp_path / "user_env_plugin.py").write_text(plugin)
     out = tmp_path / "run"
-    config = tmp_path / "broken.yaml"
+    config = tmp_path / "user.yaml"
     config.write_text(textwrap.dedent(f"""
         defaults: [{REPO / "configs/agentic/base_cpu.yaml"}]
-        imports: [broken_env_plugin]
+        imports: [user_env_plugin]
         max_steps: 2
-        save_steps: 1
+        save_steps: {save_steps}
         eval_steps: 0
         show_progress: false
         output_dir: {out}
         custom_envs:
-          Broken: {{env_id: usertest/RaisesOnTurn3-v0, max_turns: 5}}
-        train_env_manager: {{tags: [Broken], group_size: 2}}
+          {tag}: {{env_id: {env_id}, max_turns: {max_turns}}}
+        train_env_manager: {{tags: [{tag}], group_size: 2}}
         actor_infer: {{generating_args: {{max_new_tokens: 4}}}}
         """))
     env = cli_env()
     env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"  # the driver and the Ray workers import it
     proc = subprocess.run([sys.executable, "-m", "roll", "run", str(config)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
+    return out, proc
+
+
+def test_env_raising_on_turn_3_stops_the_run(tmp_path):
+    out, proc = run_user_env(tmp_path, PLUGIN, "Broken", "usertest/RaisesOnTurn3-v0", max_turns=5, save_steps=1)
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("roll: ")]
     assert lines, proc.stderr[-3000:]
@@ -72,7 +79,7 @@ def test_env_raising_on_turn_3_stops_the_run(tmp_path):
     assert "AttributeError: 'NoneType' object has no attribute 'strip'" in msg
     assert "at turn 3 twice" in msg and f"traceback in {out / 'env_errors.log'}" in msg
     log = (out / "env_errors.log").read_text()
-    assert f'{tmp_path / "broken_env_plugin.py"}", line 21, in step' in log
+    assert f'{tmp_path / "user_env_plugin.py"}", line 21, in step' in log
     assert '{"board": None}["board"].strip()' in log
     assert not (out / "checkpoints" / "step-1").exists() and not (out / "final_model").exists()
 
@@ -106,25 +113,7 @@ gymnasium.register(id="usertest/FlatReward-v0", entry_point=FlatReward, disable_
 
 
 def test_reward_that_never_varies_is_named_at_the_end_of_the_run(tmp_path):
-    (tmp_path / "flat_reward_plugin.py").write_text(FLAT_REWARD_PLUGIN)
-    out = tmp_path / "run"
-    config = tmp_path / "flat.yaml"
-    config.write_text(textwrap.dedent(f"""
-        defaults: [{REPO / "configs/agentic/base_cpu.yaml"}]
-        imports: [flat_reward_plugin]
-        max_steps: 2
-        eval_steps: 0
-        show_progress: false
-        output_dir: {out}
-        custom_envs:
-          Flat: {{env_id: usertest/FlatReward-v0, max_turns: 3}}
-        train_env_manager: {{tags: [Flat], group_size: 2}}
-        actor_infer: {{generating_args: {{max_new_tokens: 4}}}}
-        """))
-    env = cli_env()
-    env["PYTHONPATH"] = f"{tmp_path}:{env.get('PYTHONPATH', '')}"
-    proc = subprocess.run([sys.executable, "-m", "roll", "run", str(config)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    out, proc = run_user_env(tmp_path, FLAT_REWARD_PLUGIN, "Flat", "usertest/FlatReward-v0", max_turns=3)
     # the run ends normally (a smoke run of a random model often sees no reward either) and says
     # once, on the console and in its log, that the policy got nothing to learn from
     assert proc.returncode == 0, proc.stderr[-3000:]
