@@ -84,24 +84,11 @@ def test_env_raising_on_turn_3_stops_the_run(tmp_path):
     assert not (out / "checkpoints" / "step-1").exists() and not (out / "final_model").exists()
 
 
-FLAT_REWARD_PLUGIN = '''
-import gymnasium
-from gymnasium import spaces
+FLAT_REWARD_PLUGIN = PLUGIN + '''
 
-
-class FlatReward(gymnasium.Env):
+class FlatReward(RaisesOnTurn3):
     """Every answer earns 0.5 and every episode ends after two turns: the bug is a reward that
     never looks at the answer."""
-    metadata = {"render_modes": []}
-
-    def __init__(self):
-        self.observation_space = spaces.Text(max_length=100)
-        self.action_space = spaces.Text(max_length=100)
-        self.turn = 0
-
-    def reset(self, seed=None, options=None):
-        self.turn = 0
-        return "say something", {}
 
     def step(self, action):
         self.turn += 1
