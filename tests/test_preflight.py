@@ -262,10 +262,20 @@ def test_model_paths():
     assert "does not exist" in model_problem("not a hub id!", offline=False)
 
 
-def test_local_model_dir_needs_a_config(tmp_path):
+def test_local_model_dir_needs_a_config_weights_and_a_tokenizer(tmp_path):
     assert "no config.json" in model_problem(str(tmp_path))
     (tmp_path / "config.json").write_text("{}")
+    assert model_problem(str(tmp_path)) == f"{tmp_path} holds no weights (no *.safetensors or *.bin file)"
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert "holds no tokenizer (tokenizer.json, tokenizer.model, tokenizer_config.json, vocab.json)" in model_problem(str(tmp_path))
+    (tmp_path / "tokenizer.json").write_text("{}")
     assert model_problem(str(tmp_path)) is None
+
+
+def test_a_saved_tiny_model_is_a_model_directory(tmp_path):
+    from roll.models.tiny import save_tiny_model
+
+    assert model_problem(save_tiny_model(tmp_path / "tiny")) is None  # what `roll model tiny` and finalize write
 
 
 # ---- placement: colocated engines' GPU memory --------------------------------------------------

@@ -53,6 +53,8 @@ BACKEND_PACKAGES = {"vllm": ("vllm", "vllm"), "sglang": ("sglang", "sglang"), "d
 TORCH_TRAIN_OPTIONS = {"parallel": ("ddp", "fsdp2"), "reshard_after_forward": None}
 #: gymnasium.make's own keyword arguments (not passed to the env constructor)
 _MAKE_KWARGS = {"max_episode_steps", "disable_env_checker"}
+#: files of which a local model directory needs one, for AutoTokenizer.from_pretrained
+_TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"})
 # Hugging Face repo ids: "name" or "owner/name", word characters, dots and dashes
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}(/[\w.\-]{1,96})?$")
 
@@ -464,6 +466,12 @@ def model_problem(path: Any, offline: bool | None = None) -> str | None:
             return f"{path} is not a model directory"
         if not (local / "config.json").exists():
             return f"{path} is not a model directory (no config.json)"
+        names = {p.name for p in local.iterdir()}
+        if not any(n.endswith((".safetensors", ".bin")) or n.endswith((".safetensors.index.json", ".bin.index.json")) for n in names):
+            return f"{path} holds no weights (no *.safetensors or *.bin file)"
+        if not names & _TOKENIZER_FILES:
+            return (f"{path} holds no tokenizer ({', '.join(sorted(_TOKENIZER_FILES))}): the policy's tokenizer is loaded "
+                    f"from its model directory; save it there (tokenizer.save_pretrained)")
         return None
     looks_local = path.startswith(("/", ".", "~")) or "\\" in path or path.count("/") > 1
     if looks_local or not _HUB_ID.match(path) or "--" in path or ".." in path:
