@@ -165,6 +165,9 @@ def _check_algorithm(cfg: Any, problems: list[str]) -> None:
         problems.append(f"algorithm: difficulty_mask_low {low} must be below difficulty_mask_high {high} "
                         "(otherwise every group is masked)")
     _check_greedy_groups(cfg, problems)
+
+
+def _check_validation(cfg: Any, problems: list[str]) -> None:
     has_val = (cfg.pipeline == "agentic" and cfg.val_env_manager is not None) or (cfg.pipeline == "rlvr" and cfg.data.val_files)
     if cfg.eval_steps and has_val and not cfg.val_decoding:
         problems.append(f"val_decoding: empty, so validation (every {cfg.eval_steps} steps) would run nothing; "
@@ -242,12 +245,14 @@ def _check_reward_args(name: str, rc: Any, problems: list[str]) -> None:
         except re.error as e:
             problems.append(f"rewards.{name}.reward_fn_args.score_pattern: {pattern!r} is not a regular expression ({e})")
 
+
 def _check_names(cfg: Any, problems: list[str]) -> None:
     from roll.registry import FILTERS, PIPELINES, REWARDS, TRACKERS
 
     _registered(PIPELINES, cfg.pipeline, "pipeline", problems)
     _check_strategies(cfg, problems)
     _check_algorithm(cfg, problems)
+    _check_validation(cfg, problems)
     for name, rc in cfg.rewards.items():
         if _registered(REWARDS, rc.reward_fn, f"rewards.{name}.reward_fn", problems):
             _check_reward_args(name, rc, problems)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import time
 import traceback
 import zlib
@@ -52,6 +53,7 @@ def _shape(result: Any) -> str:
     if isinstance(result, (tuple, list)):
         return f"a {type(result).__name__} of {len(result)}"
     return f"a {type(result).__name__}"
+
 
 @dataclass
 class EpisodeSpec:
@@ -504,7 +506,7 @@ class EnvManager:
             value = None
         if value is None:
             raise self._contract_error(f"step() returned {what} of type {type(x).__name__} ({str(x)[:40]!r}), expected a number")
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise self._contract_error(f"step() returned {what} of {value}, expected a finite number")
         return value
 
