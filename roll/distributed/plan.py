@@ -420,7 +420,7 @@ def _check_val_seeds(cfg: Any, plan: Plan, train_groups: int) -> None:
     per_train = _tag_groups(list(train.tags), list(train.num_groups_partition), train_groups)
     per_val = _tag_groups(list(val.tags), list(val.num_groups_partition), cfg.val_batch_size // val.group_size)
     for tag, n_val in per_val.items():
-        if tag not in per_train or tag not in train.tags or n_val < 1:
+        if tag not in per_train or n_val < 1:
             continue
         t0 = group_seed(cfg.seed, train.seed_offset, list(train.tags).index(tag), 0)
         t1 = t0 + cfg.max_steps * per_train[tag]
