@@ -1,6 +1,7 @@
 """Environments, environment managers and the rollout scheduler."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
@@ -110,3 +111,12 @@ def group_seed(seed: int, seed_offset: int, tag_index: int, group_index: int) ->
     """Env seed of the ``group_index``-th group of a manager's ``tag_index``-th tag (every episode
     of a group shares it)."""
     return seed + seed_offset + tag_index * TAG_SEED_STRIDE + group_index
+
+
+def groups_per_tag(tags: Sequence[str], partition: Sequence[int], n_groups: int) -> dict[str, int]:
+    """Groups of a batch of ``n_groups`` per env tag: ``num_groups_partition`` when given, else an
+    even split (the first tags take the remainder)."""
+    if partition:
+        return dict(zip(tags, partition))
+    base, extra = divmod(n_groups, max(1, len(tags)))
+    return {t: base + (1 if i < extra else 0) for i, t in enumerate(tags)}

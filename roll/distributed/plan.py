@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.config.rollout import group_seed
+from roll.config.rollout import group_seed, groups_per_tag
 from roll.config.validate import ConfigError
 from roll.utils.logging import get_logger
 
@@ -402,14 +402,6 @@ def env_roles(cfg: Any) -> dict[str, Any]:
     return roles
 
 
-def _tag_groups(tags: list[str], partition: list[int], groups: int) -> dict[str, int]:
-    """Groups per batch of each tag: the partition, else an even split (as the scheduler)."""
-    if partition:
-        return dict(zip(tags, partition))
-    base, extra = divmod(groups, max(1, len(tags)))
-    return {t: base + (1 if i < extra else 0) for i, t in enumerate(tags)}
-
-
 def _check_val_seeds(cfg: Any, plan: Plan, train_groups: int) -> None:
     """Warn when a validation tag's env seeds fall in the range training draws from over the
     run (its first max_steps x groups-per-step groups): validation would replay training
@@ -417,14 +409,14 @@ def _check_val_seeds(cfg: Any, plan: Plan, train_groups: int) -> None:
     train, val = cfg.train_env_manager, cfg.val_env_manager
     if val is None or not cfg.eval_steps or val.group_size < 1 or cfg.val_batch_size % val.group_size:
         return
-    per_train = _tag_groups(list(train.tags), list(train.num_groups_partition), train_groups)
-    per_val = _tag_groups(list(val.tags), list(val.num_groups_partition), cfg.val_batch_size // val.group_size)
+    per_train = groups_per_tag(train.tags, train.num_groups_partition, train_groups)
+    per_val = groups_per_tag(val.tags, val.num_groups_partition, cfg.val_batch_size // val.group_size)
     for tag, n_val in per_val.items():
         if tag not in per_train or n_val < 1:
             continue
-        t0 = group_seed(cfg.seed, train.seed_offset, list(train.tags).index(tag), 0)
+        t0 = group_seed(cfg.seed, train.seed_offset, train.tags.index(tag), 0)
         t1 = t0 + cfg.max_steps * per_train[tag]
-        v0 = group_seed(cfg.seed, val.seed_offset, list(val.tags).index(tag), 0)
+        v0 = group_seed(cfg.seed, val.seed_offset, val.tags.index(tag), 0)
         v1 = v0 + n_val
         if v0 < t1 and t0 < v1:
             plan.warnings.append(

@@ -500,10 +500,12 @@ class EnvManager:
         return obs, value, bool(terminated), bool(truncated), info
 
     def _finite(self, x: Any, what: str) -> float:
-        try:
-            value = float(x) if not isinstance(x, (str, bytes)) and x is not None else None
-        except (TypeError, ValueError):
-            value = None
+        value = None
+        if x is not None and not isinstance(x, (str, bytes)):
+            try:
+                value = float(x)
+            except (TypeError, ValueError):
+                pass
         if value is None:
             raise self._contract_error(f"step() returned {what} of type {type(x).__name__} ({str(x)[:40]!r}), expected a number")
         if not math.isfinite(value):

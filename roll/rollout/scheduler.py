@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig, group_seed
+from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig, group_seed, groups_per_tag
 from roll.data.batch import Batch
 from roll.data.trajectory import FAILURE_TYPES, Trajectory, trajectories_to_batch
 from roll.errors import RollError, RunFailedError
@@ -223,19 +223,16 @@ class RolloutScheduler:
             raise ValueError(f"batch size {n} must be a positive multiple of group_size {g}")
         n_groups = n // g
         part = list(self.mcfg.num_groups_partition)
-        if part:
-            if sum(part) != n_groups:
-                raise ValueError(f"num_groups_partition {part} sums to {sum(part)} groups but the batch needs {n_groups} ({n} / group_size {g})")
-            return dict(zip(self.tags, part))
-        base, extra = divmod(n_groups, len(self.tags))
-        return {t: base + (1 if i < extra else 0) for i, t in enumerate(self.tags)}
+        if part and sum(part) != n_groups:
+            raise ValueError(f"num_groups_partition {part} sums to {sum(part)} groups but the batch needs {n_groups} ({n} / group_size {g})")
+        return groups_per_tag(self.tags, part, n_groups)
 
     # ================================================================ groups and episodes
     def _new_group(self, tag: str) -> EpisodeGroup:
         idx = self._next_group[tag]
         self._next_group[tag] += 1
-        group = EpisodeGroup(tag, idx, group_seed(self.seed, self.mcfg.seed_offset, self.tags.index(tag), idx), self.mcfg.group_size,
-                             self.mcfg.max_episode_retries, self.group_filter)
+        seed = group_seed(self.seed, self.mcfg.seed_offset, self.tags.index(tag), idx)
+        group = EpisodeGroup(tag, idx, seed, self.mcfg.group_size, self.mcfg.max_episode_retries, self.group_filter)
         self._groups[group.group_id] = group
         return group
 
