@@ -6,6 +6,7 @@ checkpoint hooks ``save_state(dir)`` / ``load_state(dir, state)``; everything el
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -170,6 +171,27 @@ class LearningSignal:
                 f"reward/<tag>/zero_std_groups in the metrics and the episodes' rewards (roll view)")
 
 
+RESUME_QUIET_KEYS = ("resume_from_checkpoint", "max_steps", "output_dir", "show_progress")
+"""Settings a resume changes as a matter of course (continuing longer, from another directory):
+their changes are logged at info level; any other changed setting is a warning."""
+
+
+def config_changes(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """``(dotted key, old value, new value)`` for every leaf setting that differs between two
+    resolved configs (plain data, as ``to_dict`` gives and JSON keeps); a key only one has counts."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += config_changes(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [(prefix[:-1], old, new)]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class BasePipeline:
     """The step loop, run directory, tracking and checkpoint/resume."""
 
@@ -183,6 +205,8 @@ class BasePipeline:
         # unsafe checkpoint is skipped (or refused) by name, never handed to a worker.
         self.resume_state: dict[str, Any] = {}
         self.resume_from: Optional[Path] = self._find_resume_checkpoint()
+        if self.resume_from is not None:
+            self._log_config_changes()
         (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         seed_everything(cfg.seed, cfg.deterministic)
         self.tracker = None
@@ -337,11 +361,39 @@ class BasePipeline:
         self.start_step = int(state["step"])
         logger.info("resumed from %s at step %d", self.resume_from, self.start_step)
 
+    def _config_record(self) -> dict[str, Any]:
+        """The resolved config as JSON keeps it (what a checkpoint records of the run that wrote it)."""
+        return json.loads(json.dumps(to_dict(self.cfg), default=str))
+
+    def _log_config_changes(self) -> None:
+        """Name, before Ray starts, every setting in which this run differs from the run that wrote
+        the checkpoint it resumes. Changing settings on resume is allowed (a lower lr for a run that
+        diverged, more steps); each takes this config's value, including the optimizer's
+        hyperparameters (the training strategies put them back over the optimizer state), while the
+        weights, optimizer moments, data position and random state come from the checkpoint."""
+        recorded = self.resume_state.get("config")
+        if not isinstance(recorded, dict):
+            logger.info("resume: %s does not record its run's config (an older checkpoint); changed settings are "
+                        "not listed", self.resume_from)
+            return
+        changes = config_changes(recorded, self._config_record())
+        quiet = [c for c in changes if c[0] in RESUME_QUIET_KEYS]
+        loud = [c for c in changes if c[0] not in RESUME_QUIET_KEYS]
+        for key, old, new in quiet:
+            if key != "resume_from_checkpoint":
+                logger.info("resume: %s %s -> %s", key, _short(old), _short(new))
+        if loud:
+            listed = "; ".join(f"{k}: {_short(o)} -> {_short(n)}" for k, o, n in loud)
+            logger.warning("resuming %s with %d setting(s) other than the run that wrote it: %s. They take this "
+                           "config's values (the optimizer's lr, betas, eps and weight decay too); weights, optimizer "
+                           "moments, data position and random state are the checkpoint's", self.resume_from,
+                           len(loud), listed)
+
     def save_checkpoint(self, step: int) -> None:
         if self.resume_from is not None and step <= self.start_step:
             raise CheckpointError(f"refusing to write checkpoint step-{step}: this run resumed at step "
                                   f"{self.start_step} and must not overwrite it or an earlier one")
-        self.checkpoints.save(step, self.save_state)
+        self.checkpoints.save(step, self.save_state, state={"config": self._config_record()})
 
     def _make_tracker(self) -> None:
         log_dir = Path(self.cfg.tracking.log_dir or self.output_dir / "logs")

@@ -109,3 +109,22 @@ def test_explicit_damaged_checkpoint_is_refused_by_name(six_steps):
     (ckpt / "driver_state.json").write_text("{")
     with pytest.raises(CheckpointError, match="step-3"):
         LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=str(ckpt)))
+
+
+def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_steps, caplog):
+    cfg = _cfg(six_steps, max_steps=8, resume_from_checkpoint=True, seed=7, **{"actor_train.training_args.lr": 2e-4})
+    with caplog.at_level(logging.INFO):
+        LinearPipeline(cfg)  # before setup: before Ray would start
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "2 setting(s)" in warnings[0] and "seed: 42 -> 7" in warnings[0]
+    assert "actor_train.training_args.lr: 0.001 -> 0.0002" in warnings[0]
+    assert any(r.levelno == logging.INFO and "max_steps 6 -> 8" in r.getMessage() for r in caplog.records)
+
+
+def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, caplog):
+    with caplog.at_level(logging.WARNING):
+        LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
+    assert not [r.getMessage() for r in caplog.records if "setting(s)" in r.getMessage()]
+    state = json.loads((six_steps / "checkpoints" / "step-8" / "driver_state.json").read_text())
+    assert state["config"]["max_steps"] == 8 and state["config"]["seed"] == 42

@@ -219,6 +219,7 @@ class DeepSpeedStrategy(HFTrainStrategy):
                                                 load_module_strict=self.lora is None)
         if client is None:
             raise FileNotFoundError(f"deepspeed: no DeepSpeed checkpoint under {path}/deepspeed")
+        self._restore_config_optimizer_settings()
         self.step = int(client.get("step", 0))
         self.nonfinite_grad_steps = int(client.get("nonfinite_grad_steps", 0))
 

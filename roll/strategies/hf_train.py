@@ -346,6 +346,29 @@ class HFTrainStrategy:
         optimizer = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.adam_betas), eps=a.adam_eps, weight_decay=a.weight_decay)
         return optimizer, make_lr_scheduler(optimizer, a, self.num_training_steps)
 
+    def _restore_config_optimizer_settings(self) -> list[str]:
+        """After a checkpoint load: this run's ``training_args`` (lr, adam_betas, adam_eps,
+        weight_decay) again, where the loaded optimizer and LR-schedule state brought back the
+        checkpoint run's values (an optimizer's state holds its hyperparameters, the schedule its
+        base lr). Adam's moments and the schedule's position stay the checkpoint's. Returns what
+        changed, e.g. ``["lr 0.0005 -> 0.0002"]``, so lowering the lr of a diverging run on resume
+        takes effect instead of being overwritten by the checkpoint."""
+        a = self.args
+        want = {"lr": float(a.lr), "betas": tuple(float(b) for b in a.adam_betas), "eps": float(a.adam_eps),
+                "weight_decay": float(a.weight_decay)}
+        sched, groups = self.scheduler, self.optimizer.param_groups
+        old = {"lr": float(sched.base_lrs[0]), "betas": tuple(float(b) for b in groups[0]["betas"]),
+               "eps": float(groups[0]["eps"]), "weight_decay": float(groups[0]["weight_decay"])}
+        sched.base_lrs = [want["lr"]] * len(groups)
+        for group, factor in zip(groups, sched.lr_lambdas):
+            group.update(betas=want["betas"], eps=want["eps"], weight_decay=want["weight_decay"], initial_lr=want["lr"])
+            group["lr"] = want["lr"] * factor(sched.last_epoch)
+        sched._last_lr = [g["lr"] for g in groups]
+        changed = [f"{k} {old[k]} -> {want[k]}" for k in want if old[k] != want[k]]
+        if changed:
+            logger.info("%s: optimizer settings from this run's config, not the checkpoint's: %s", self.name, ", ".join(changed))
+        return changed
+
     # ---- forward ----------------------------------------------------------------------------
     def _forward(self, batch: Batch, entropy: bool = False) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         if not self.args.max_tokens_per_micro_batch:

@@ -172,6 +172,7 @@ class TorchTrainStrategy(HFTrainStrategy):
         state = safe_torch_load(os.path.join(path, "trainer_state.pt"))
         set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=opts)
         self.scheduler.load_state_dict(state["scheduler"])
+        self._restore_config_optimizer_settings()
         self.step = int(state["step"])
         # checkpoints written before the counter's rename call it skipped_steps
         self.nonfinite_grad_steps = int(state.get("nonfinite_grad_steps", state.get("skipped_steps", 0)))

@@ -4,6 +4,7 @@ is refused without running it (DeepSpeed's own loader uses torch.load(weights_on
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import shutil
@@ -69,6 +70,15 @@ def _worker(rank: int, port: int, model_dir: str, out_dir: str) -> None:
     again.load(ckpt)  # a refused load leaves the engine usable; the good checkpoint loads in full
     out["resumed"] = again.train_step(_batch(2), nll_loss)["loss"]
     out["step"] = again.step
+    # resumed with another lr and betas: the config's settings win over the optimizer state's
+    cfg.training_args = TrainingArgs(lr=4e-4, adam_betas=(0.9, 0.95), per_device_train_batch_size=2,
+                                     lr_scheduler_type="cosine", num_training_steps=10)
+    changed = DeepSpeedStrategy(cfg, seed=0)
+    changed.setup()
+    changed.load(ckpt)
+    group = changed.optimizer.param_groups[0]
+    out["changed"] = {"lr": group["lr"], "betas": list(group["betas"]),
+                      "train_lr": changed.train_step(_batch(2), nll_loss)["lr"]}
     with open(os.path.join(out_dir, "result.json"), "w") as f:
         json.dump(out, f)
 
@@ -88,3 +98,6 @@ def test_zero2_round_trip_is_safe_and_refuses_a_payload(tiny_model_dir, tmp_path
     assert res["step"] == 2
     assert res["refused"] is not None and "optim_states.pt" in res["refused"], res["refused"]
     assert not (tmp_path / "PWNED").exists(), "loading the checkpoint ran the payload"
+    cosine = 0.5 * (1 + math.cos(math.pi * 1 / 10))  # the schedule after 1 of its 10 steps
+    assert res["changed"]["lr"] == pytest.approx(4e-4 * cosine) and res["changed"]["betas"] == [0.9, 0.95]
+    assert res["changed"]["train_lr"] == pytest.approx(4e-4 * cosine)

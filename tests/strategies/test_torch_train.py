@@ -204,6 +204,28 @@ def test_save_load_round_trip(tiny_model_dir, tmp_path, parallel):
     assert AutoModelForCausalLM.from_pretrained(str(tmp_path / "ckpt")).config.vocab_size == 3052
 
 
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_a_resume_trains_with_the_configs_optimizer_settings_and_the_checkpoints_moments(tiny_model_dir, tmp_path, parallel):
+    # an optimizer's state holds its lr, betas, eps and weight decay, the LR schedule its base lr:
+    # loaded as they are, they would overwrite a resumed run's new settings without a word
+    s = make(tiny_model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
+    s.train_step(batch(), ACTOR_LOSS)
+    s.train_step(batch(seed=1), ACTOR_LOSS)
+    s.save(str(tmp_path / "ckpt"))
+    t = make(tiny_model_dir, parallel, lr=2e-4, adam_betas=(0.9, 0.95), adam_eps=1e-6, weight_decay=0.1,
+             lr_scheduler_type="linear", warmup_steps=1)
+    t.load(str(tmp_path / "ckpt"))
+    factor = 1.0 - (2 - 1) / (10 - 1)  # the linear schedule after 2 of its 10 steps (1 of warmup)
+    for group in t.optimizer.param_groups:
+        assert group["lr"] == pytest.approx(2e-4 * factor)
+        assert tuple(group["betas"]) == (0.9, 0.95) and group["eps"] == 1e-6 and group["weight_decay"] == 0.1
+    moments = [st["exp_avg"].clone() for st in t.optimizer.state.values()]
+    assert moments and all(torch.equal(a, st["exp_avg"]) for a, st in zip(moments, s.optimizer.state.values()))
+    a, b = s.train_step(batch(seed=2), ACTOR_LOSS), t.train_step(batch(seed=2), ACTOR_LOSS)
+    assert b["lr"] == pytest.approx(a["lr"] * 2e-4 / 1e-3) and a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+    assert t.step == 3
+
+
 def test_sync_buckets_hold_every_parameter(tiny_model_dir):
     s = make(tiny_model_dir, "fsdp2")
     buckets = list(s.named_parameters_for_sync(bucket_size_mb=1))
