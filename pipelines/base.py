@@ -432,7 +432,8 @@ class BasePipeline:
                     if cfg.save_steps and done % cfg.save_steps == 0 and done < cfg.max_steps:
                         with self.timer("checkpoint"):
                             self.save_checkpoint(done)
-                    if cfg.eval_steps and done % cfg.eval_steps == 0:
+                    # the final model is validated even where eval_steps does not divide max_steps
+                    if cfg.eval_steps and (done % cfg.eval_steps == 0 or done == cfg.max_steps):
                         with self.timer("validation"):
                             metrics.update(self.validate(done))
                     metrics.update(self.timings)

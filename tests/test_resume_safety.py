@@ -128,3 +128,23 @@ def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, caplog):
     assert not [r.getMessage() for r in caplog.records if "setting(s)" in r.getMessage()]
     state = json.loads((six_steps / "checkpoints" / "step-8" / "driver_state.json").read_text())
     assert state["config"]["max_steps"] == 8 and state["config"]["seed"] == 42
+
+
+class ValidatingPipeline(LinearPipeline):
+    def setup(self) -> None:
+        super().setup()
+        self.validated: list[int] = []
+
+    def validate(self, step: int) -> dict[str, float]:
+        self.validated.append(step)
+        return {"val/w0": float(self.w[0])}
+
+
+def test_the_final_model_is_validated_where_eval_steps_does_not_divide_max_steps(tmp_path):
+    pipe = ValidatingPipeline(_cfg(tmp_path / "run", max_steps=5, eval_steps=2, save_steps=0))
+    pipe.run()
+    assert pipe.validated == [0, 2, 4, 5]
+    assert [r["step"] for r in _metrics(tmp_path / "run") if "val/w0" in r] == [0, 2, 4, 5]
+    divides = ValidatingPipeline(_cfg(tmp_path / "even", max_steps=4, eval_steps=2, save_steps=0))
+    divides.run()
+    assert divides.validated == [0, 2, 4]  # the last step once

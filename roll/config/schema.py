@@ -146,7 +146,7 @@ class PipelineConfig:
     save_steps: int = ranged(0, ge=0)
     """Checkpoint every N steps (0: only at the end)."""
     eval_steps: int = ranged(0, ge=0)
-    """Validate every N steps (0: never during training)."""
+    """Validate before the first step, every N steps and after the last (0: never)."""
     logging_steps: int = ranged(1, ge=0)
     """Log metrics every N steps."""
     resume_from_checkpoint: Union[bool, str] = False
