@@ -144,31 +144,58 @@ def init_ray(cfg: PipelineConfig) -> None:
 
 
 class LearningSignal:
-    """Whether any training step of a run had an advantage other than zero.
+    """Whether any training step of a run had an advantage other than zero, and how many of its
+    responses were cut at the token budget.
 
     Pipelines whose steps report ``reward/advantages_max`` / ``_min`` (agentic, rlvr) train on
     advantages; when every step's advantages were all zero (every group's episodes scored
     alike: a reward that never varies, or a policy that fails every episode the same way) the
     policy learnt nothing from the rewards. The run still ends normally (a smoke run of a
     random model often sees no reward at all) and says so in one warning, on the console and
-    in ``run.log``."""
+    in ``run.log``. Responses cut at ``max_new_tokens`` without ending (agentic
+    ``env/<tag>/cut_response_rate``, rlvr ``rollout/<tag>/truncated_rate``) are the commonest
+    cause of a reward that never varies (an answer that cannot finish cannot be scored): half
+    or more cut is named in that warning, and nine in ten cut is a warning of its own in a run
+    that did learn something."""
+
+    CUT_KEYS = ("/cut_response_rate", "/truncated_rate")
+    CUT_HINT_SHARE = 0.5
+    CUT_WARN_SHARE = 0.9
 
     def __init__(self) -> None:
         self.steps = 0
         self.nonzero = 0
+        self.cut_sum = 0.0
+        self.cut_steps = 0
 
     def add(self, metrics: dict[str, float]) -> None:
+        cut = [v for k, v in metrics.items() if k.endswith(self.CUT_KEYS) and not k.startswith("val")]
+        if cut:  # tags weigh alike
+            self.cut_sum += sum(cut) / len(cut)
+            self.cut_steps += 1
         if "reward/advantages_max" not in metrics:
             return
         self.steps += 1
         self.nonzero += int(max(abs(metrics["reward/advantages_max"]), abs(metrics.get("reward/advantages_min", 0.0))) > 0)
 
+    @property
+    def cut_share(self) -> float:
+        return self.cut_sum / self.cut_steps if self.cut_steps else 0.0
+
+    def _cut_text(self) -> str:
+        return (f"{self.cut_share:.0%} of the training responses were cut at max_new_tokens without ending "
+                f"(env/<tag>/cut_response_rate, rollout/<tag>/truncated_rate): raise "
+                f"actor_infer.generating_args.max_new_tokens, or check that the model ends its answers")
+
     def problem(self, start: int, end: int) -> Optional[str]:
-        if not self.steps or self.nonzero:
+        if not self.steps:
             return None
+        if self.nonzero:
+            return f"most responses never finished: {self._cut_text()}" if self.cut_share >= self.CUT_WARN_SHARE else None
+        cause = f"; {self._cut_text()}" if self.cut_share >= self.CUT_HINT_SHARE else ""
         return (f"no learning signal: every advantage of steps {start + 1}-{end} was zero (in each group every "
                 f"episode scored the same), so the policy learnt nothing from the rewards; see "
-                f"reward/<tag>/zero_std_groups in the metrics and the episodes' rewards (roll view)")
+                f"reward/<tag>/zero_std_groups in the metrics and the episodes' rewards (roll view){cause}")
 
 
 RESUME_QUIET_KEYS = ("resume_from_checkpoint", "max_steps", "output_dir", "show_progress")
@@ -443,9 +470,9 @@ class BasePipeline:
                     console.step(done, metrics, status=self.status_line(metrics))
             self.save_checkpoint(cfg.max_steps)
             self.finalize()
-            no_signal = signal.problem(self.start_step, cfg.max_steps)
-            if no_signal:
-                logger.warning(no_signal)
+            problem = signal.problem(self.start_step, cfg.max_steps)
+            if problem:
+                logger.warning(problem)
         finally:
             self.shutdown()
             if self.tracker is not None:

@@ -18,3 +18,27 @@ def test_steps_without_advantages_are_not_judged():
     signal = LearningSignal()  # sft steps report a loss, no advantages
     signal.add({"train/loss": 1.2})
     assert signal.problem(0, 1) is None
+
+
+ZERO = {"reward/advantages_max": 0.0, "reward/advantages_min": 0.0}
+SIGNAL = {"reward/advantages_max": 0.5, "reward/advantages_min": -0.5}
+
+
+def test_cut_responses_are_named_as_the_likely_cause_of_no_signal():
+    signal = LearningSignal()
+    signal.add({**ZERO, "env/A/cut_response_rate": 1.0, "env/B/cut_response_rate": 0.5,
+                "val/env/A/cut_response_rate": 0.0})  # validation does not count
+    signal.add({**ZERO, "env/A/cut_response_rate": 0.5, "env/B/cut_response_rate": 0.5})
+    msg = signal.problem(0, 2)
+    assert msg.startswith("no learning signal") and "62% of the training responses were cut at max_new_tokens" in msg
+    few = LearningSignal()
+    few.add({**ZERO, "rollout/math/truncated_rate": 0.2})
+    assert "cut" not in few.problem(0, 1)
+
+
+def test_a_run_that_learnt_with_nearly_every_response_cut_is_warned_of():
+    signal = LearningSignal()
+    signal.add({**SIGNAL, "rollout/math/truncated_rate": 0.95})
+    assert signal.problem(0, 1).startswith("most responses never finished: 95% of the training responses")
+    signal.add({**SIGNAL, "rollout/math/truncated_rate": 0.7})
+    assert signal.problem(0, 2) is None  # 82%: below the warning's share

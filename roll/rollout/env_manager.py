@@ -191,6 +191,8 @@ class EnvManager:
         self.failure_permanent = False
         self.invalid_actions = 0
         self.effective_actions = 0
+        self.responses = 0
+        self.cut_responses = 0  # responses that used their whole token budget without a stop token
         self.partial_resumes = 0
         self.tools = _tool_capability(env)
         self.tool_schemas: list[dict] | None = None
@@ -294,6 +296,8 @@ class EnvManager:
             if resumes > _MAX_RESUMES_PER_TURN:
                 return self._fail("inference_error", "turn aborted too many times")
         self.last_output = out
+        self.responses += 1
+        self.cut_responses += int(not finished and len(out) >= budget and result.finish_reason != "stop")
         close = self.renderer.close_assistant(out)
         self.turn_versions.append(min(vers, default=self.control.version))
         self.messages.append({"role": "assistant", "content": self.renderer.assistant_text(out)})
@@ -378,6 +382,7 @@ class EnvManager:
         metrics = {
             "invalid_action_rate": self.invalid_actions / max(self.turn, 1),
             "effective_action_rate": self.effective_actions / max(self.turn, 1),
+            "cut_response_rate": self.cut_responses / max(self.responses, 1),
             "response_tokens": float(sum(self.mask) if not self.step_mode else sum(s.num_model_tokens for s in self.step_samples)),
             "time/generate_s": self.gen_time,
             "time/env_s": self.env_time,

@@ -1,6 +1,8 @@
 """Rollout metrics with namespaced names.
 
-- ``env/<tag>/...``: success, return, num_turns, invalid_action_rate, truncated,
+- ``env/<tag>/...``: success, return, num_turns, invalid_action_rate, cut_response_rate (the
+  share of an episode's responses that reached ``max_new_tokens``, or the context's room,
+  without a stop token), truncated,
   failures/<type> (per tag, over the episodes of the batch and the failures since the last batch);
   token_nll: the mean -log p of the tag's model tokens, p the distribution each was drawn from
   (the engine's log-probs): for sampled rollouts an estimate of the policy's per-token entropy
@@ -47,7 +49,7 @@ def episode_metrics(episodes: Iterable[Trajectory], version: int) -> dict[str, f
         # the action rates; tool envs (docs/tools.md): calls, errors and turns per episode, by tool and
         # error kind; agent functions: requests, segments, refused requests and the function's info numbers
         extra = sorted({k for t in ts for k in t.metrics if k.startswith(("tool/", "agent/"))})
-        for key in ["invalid_action_rate", "effective_action_rate", *extra]:
+        for key in ["invalid_action_rate", "effective_action_rate", "cut_response_rate", *extra]:
             out[p + key] = _mean([t.metrics.get(key, 0.0) for t in ts])
         if nll[tag][0]:  # 0: no model token, or an engine that reports no log-probs (all 0)
             out[p + "token_nll"] = nll[tag][0] / nll[tag][1]

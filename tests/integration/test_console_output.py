@@ -1,6 +1,6 @@
 """What `roll run` prints, as a person (or a CI log) sees it: by default one line per step, one
 per validation round and the closing line, and nothing else (no warnings but the one that a run
-learnt nothing, no Ray worker
+learnt nothing or that its answers never finished, no Ray worker
 prefixes, no progress bars off a terminal, no traceback); with --verbose also the full
 metric dump. Worker output is kept in the run directory instead."""
 from __future__ import annotations
@@ -34,8 +34,12 @@ def test_default_console_is_one_line_per_step(console_run):
     records = [json.loads(ln) for ln in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     adv = [(r["reward/advantages_min"], r["reward/advantages_max"]) for r in records if "reward/advantages_max" in r]
     assert len(adv) == 2
-    no_signal = [ln for ln in lines if "no learning signal: every advantage of steps 1-2 was zero" in ln]
-    assert len(no_signal) == (1 if all(a == (0.0, 0.0) for a in adv) else 0), text
+    # or, where it learnt and nine in ten of its responses were cut at max_new_tokens, that warning
+    cut = [r["env/SimpleSokoban/cut_response_rate"] for r in records if "reward/advantages_max" in r]
+    expected = ("no learning signal: every advantage of steps 1-2 was zero" if all(a == (0.0, 0.0) for a in adv)
+                else "most responses never finished" if sum(cut) / len(cut) >= 0.9 else None)
+    no_signal = [ln for ln in lines if expected and expected in ln]
+    assert len(no_signal) == (1 if expected else 0), text
     # nothing else at all: the lines above are the whole output
     assert len(lines) == len(steps) + len(vals) + len(no_signal) + 1, text
     assert not re.search(r"warn", "\n".join(ln for ln in lines if ln not in no_signal), re.IGNORECASE), text

@@ -18,8 +18,9 @@ SHIPPED_ENV_IDS = sorted(k for k in gymnasium.registry if k.startswith("roll/"))
 def run_episode(tok, env_id, client, seed=3, max_turns=3, mode="trajectory", **mkw):
     envs = {"t": EnvConfig(env_id=env_id, max_turns=max_turns, step_timeout_s=mkw.pop("step_timeout_s", 10.0),
                            **({"turn_template": mkw.pop("turn_template")} if "turn_template" in mkw else {}))}
+    gen = GeneratingArgs(max_new_tokens=mkw.pop("max_new_tokens", 32))
     mcfg = EnvManagerConfig(group_size=1, mode=mode, **mkw)
-    worker = EnvironmentWorker(envs, mcfg, GeneratingArgs(max_new_tokens=mkw.pop("max_new_tokens", 32)), tok, [client])
+    worker = EnvironmentWorker(envs, mcfg, gen, tok, [client])
     spec = EpisodeSpec("ep0", "t", "t/0", seed)
     return asyncio.run(worker.run_episode(spec))
 
@@ -110,6 +111,15 @@ def test_missing_end_of_turn_is_appended_as_non_model_token(tok):
         after = span[-1] + 1
         assert traj.input_ids[after] == eot and traj.loss_mask[after] == 0
     assert traj.input_ids == render_ids(tok, EnvConfig(env_id="x").system_prompt, traj.messages)
+
+
+@pytest.mark.parametrize("mode", ["trajectory", "step"])
+def test_responses_cut_at_max_new_tokens_are_counted(tok, mode):
+    # <answer>Dir</answer> and the end of turn need more than 3 tokens: every response is cut
+    cut = run_episode(tok, "roll/FrozenLake-v0", ScriptedClient(tok), max_turns=2, mode=mode, max_new_tokens=3)
+    whole = run_episode(tok, "roll/FrozenLake-v0", ScriptedClient(tok), max_turns=2, mode=mode)
+    assert {t.metrics["cut_response_rate"] for t in cut} == {1.0}
+    assert {t.metrics["cut_response_rate"] for t in whole} == {0.0}
 
 
 def test_step_mode_samples_have_bounded_history_and_state_keys(tok):
