@@ -47,7 +47,7 @@ from roll.config.roles import WorkerConfig
 from roll.config.schema import PipelineConfig
 from roll.config.validate import ConfigError
 from roll.data.batch import Batch
-from roll.data.rlvr import DomainSampler, PromptSample, load_prompts
+from roll.data.rlvr import DomainSampler, PromptSample, load_prompts, prompts_seen_in_training
 from roll.data.trajectory import response_trajectory, trajectories_to_batch
 from roll.errors import RunFailedError
 from roll.rollout.failures import REWARD_ERRORS_LOG, ErrorLog, check_step, one_line
@@ -188,7 +188,19 @@ class RLVRPipeline(BasePipeline):
             self.val_prompts = (self._prepare(load_prompts(cfg.data.val_files, cfg.data.messages_key, cfg.data.prompt_key,
                                                            cfg.data.tag_key, base_dir), "val")
                                 if cfg.data.val_files else [])
+            self._check_val_prompts([p.sample for p in train])
             self.tag_to_reward = self._route_tags({p.sample.tag for p in train} | {p.sample.tag for p in self.val_prompts})
+
+    def _check_val_prompts(self, train: list[PromptSample]) -> None:
+        """Warn (and count in ``data/val/<tag>/prompts_in_train``) where validation prompts are
+        training prompts too: their scores rise as the policy memorises the training data."""
+        shared = prompts_seen_in_training(train, [p.sample for p in self.val_prompts])
+        for tag, n in sorted(shared.items()):
+            total = sum(p.sample.tag == tag for p in self.val_prompts)
+            logger.warning("val data: %d of the %d %s validation prompts are also training prompts (the same "
+                           "messages); validation on them measures recall of the training data, not "
+                           "generalisation: hold them out of data.train_files", n, total, tag)
+            self.data_metrics[f"data/val/{tag}/prompts_in_train"] = float(n)
 
     def _prepare(self, samples: list[PromptSample], split: str) -> list[Prompt]:
         """Tokenize with the chat template; drop (and count) prompts over max_prompt_length."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,18 @@ def load_prompts(files: Sequence[str], messages_key: str = "messages", prompt_ke
         for n, rec in _read_records(path):
             out.append(record_to_sample(rec, f"{path}:{n}", messages_key, prompt_key, tag_key))
     return out
+
+
+def _prompt_key(sample: PromptSample) -> tuple[tuple[str, str], ...]:
+    """A prompt's messages with whitespace runs collapsed: what makes two prompts the same question."""
+    return tuple((str(m.get("role", "")), " ".join(str(m.get("content", "")).split())) for m in sample.messages)
+
+
+def prompts_seen_in_training(train: Iterable[PromptSample], val: Iterable[PromptSample]) -> Counter:
+    """Per domain tag, how many validation prompts are also training prompts (the same messages up
+    to whitespace): validating on them measures recall of the training data, not generalisation."""
+    seen = {_prompt_key(s) for s in train}
+    return Counter(s.tag for s in val if _prompt_key(s) in seen)
 
 
 def normalize_probs(probs: dict[str, float], tags: Iterable[str]) -> dict[str, float]:

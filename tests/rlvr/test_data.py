@@ -10,6 +10,7 @@ from roll.data.rlvr import (
     PromptSample,
     load_prompts,
     normalize_probs,
+    prompts_seen_in_training,
 )
 from roll.data.rlvr_gen import generate
 
@@ -128,3 +129,14 @@ def test_learning_bench_data_and_docs_section(tmp_path):
     assert doc.read_text() == "# Benchmarks\n\n## RLVR\n\nnew\n\n## Other\n\nkept\n"
     assert not bench.write_section("## RLVR\n\nquick\n", quick=True, doc=doc)  # a --quick run prints only
     assert "quick" not in doc.read_text()
+
+
+def test_validation_prompts_that_are_training_prompts_are_counted_per_domain():
+    train = _samples({"math": 3, "code": 2})
+    val = [PromptSample("v0", "math", [{"role": "user", "content": "math  1 "}]),  # math 1, spaced otherwise
+           PromptSample("v1", "math", [{"role": "user", "content": "math 9"}]),
+           PromptSample("v2", "code", [{"role": "system", "content": "be brief"}, {"role": "user", "content": "code 0"}]),
+           PromptSample("v3", "code", [{"role": "user", "content": "code 1"}])]
+    # the same question with another system prompt is another prompt
+    assert prompts_seen_in_training(train, val) == Counter({"math": 1, "code": 1})
+    assert not prompts_seen_in_training(train, [])

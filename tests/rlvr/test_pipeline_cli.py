@@ -62,10 +62,14 @@ def test_two_steps_every_domain_with_per_domain_metrics(tmp_path):
 def test_reward_timeouts_fail_samples_and_the_step_completes(tmp_path):
     out = tmp_path / "run"
     # a math reward can never finish in a microsecond: every math sample times out (a hung verifier)
+    # (the same run checks the validation data: the math training file listed among the validation files)
     proc = roll("run", CONFIG, "max_steps=1", f"output_dir={out}", "show_progress=false", "eval_steps=0",
-                "rewards.math.timeout_s=0.000001", "data.max_sampling_rounds=0")
+                "rewards.math.timeout_s=0.000001", "data.max_sampling_rounds=0",
+                "data.val_files=[data/rlvr/math_val.jsonl,data/rlvr/math_train.jsonl,data/rlvr/code_val.jsonl]")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (r,) = records(out)
+    assert r["data/val/math/prompts_in_train"] == 224 and "data/val/code/prompts_in_train" not in r
+    assert "224 of the 299 math validation prompts are also training prompts" in proc.stderr, proc.stderr[-3000:]
     # (a verifier may still beat the timer by a hair; the deterministic hang is in test_reward_worker)
     assert r["reward/math/failed_timeout"] >= 1
     assert r["reward/math/errors/TimeoutError"] == r["reward/math/failed_timeout"] == r["reward/math/failed"]
