@@ -183,6 +183,7 @@ class EnvManager:
         self.instruction = ""
         self.final_reward = 0.0
         self.success = False
+        self.success_reported = False  # whether any step's info had "success" (the metric means nothing without)
         self.terminated = False
         self.truncated = False
         self.failure: str | None = None
@@ -328,6 +329,7 @@ class EnvManager:
         if self.step_mode:
             self.step_samples[-1].turn_rewards = [float(reward)]
         self.success = bool(info.get("success", self.success))
+        self.success_reported = self.success_reported or "success" in info
         self.invalid_actions += 0 if info.get("action_is_valid", True) else 1
         self.turn_actions.append({"actions": [str(a) for a in info.get("actions") or []],
                                   "valid": bool(info.get("action_is_valid", True)),
@@ -383,6 +385,7 @@ class EnvManager:
             "invalid_action_rate": self.invalid_actions / max(self.turn, 1),
             "effective_action_rate": self.effective_actions / max(self.turn, 1),
             "cut_response_rate": self.cut_responses / max(self.responses, 1),
+            "success_reported": float(self.success_reported),
             "response_tokens": float(sum(self.mask) if not self.step_mode else sum(s.num_model_tokens for s in self.step_samples)),
             "time/generate_s": self.gen_time,
             "time/env_s": self.env_time,

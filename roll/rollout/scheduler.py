@@ -140,6 +140,7 @@ class RolloutScheduler:
         self.failure_causes: Counter = Counter()  # "kind: message" -> count, since the last batch
         self.error_log = error_log
         self._hosts_configured = False
+        self._success_checked: set[str] = set()
 
     # ================================================================ public API
     async def get_batch(self, n: int) -> RolloutBatch:
@@ -487,9 +488,26 @@ class RolloutScheduler:
         return result if ok else False
 
     # ================================================================ batch
+    def _check_success_reported(self, trajs: list[Trajectory]) -> None:
+        """Once per tag, on its first finished episodes: warn where none of them had ``success``
+        in any step's info. ``env/<tag>/success`` (and the console's and validation's success) then
+        reads 0 whatever the episodes did, which looks like a policy that never succeeds."""
+        flags: dict[str, dict[str, float]] = {}  # tag -> episode -> reported (step mode: a sample per turn)
+        for t in trajs:
+            if t.env_tag not in self._success_checked:
+                flags.setdefault(t.env_tag, {})[t.episode_id] = t.metrics.get("success_reported", 1.0)
+        for tag, reported in flags.items():
+            self._success_checked.add(tag)
+            if not any(reported.values()):
+                logger.warning("env %s (%s): none of its %d episodes reported info['success'], so its success "
+                               "rate reads 0 whatever the episodes did; set info['success'] (a bool) in step(), at "
+                               "least on the step that ends an episode (docs/adding_an_env.md)",
+                               tag, self.env_configs[tag].env_id, len(reported))
+
     def _assemble(self, groups: list[EpisodeGroup], demand: dict[str, int], elapsed: float) -> RolloutBatch:
         groups = sorted(groups, key=lambda g: (self.tags.index(g.tag), g.index))
         trajs = [t for g in groups for t in g.trajectories()]
+        self._check_success_reported(trajs)
         failed = sum(v for k, v in self.counters.items() if k.startswith("failures/") and k != "failures/permanent")
         attempted = failed + self.counters["episodes_finished"]
         metrics = {**episode_metrics(trajs, self.version), **counter_metrics(self.counters, self.failures_by_tag),

@@ -4,6 +4,7 @@ in both scheduling modes (lockstep and per-sample), which classify through one h
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 
 import gymnasium
@@ -100,7 +101,7 @@ class FailsOncePerSeedEnv(_TextEnv):
 for _name, _cls in [("BrokenConstructor", BrokenConstructorEnv), ("RaisesOnTurn3", RaisesOnTurn3Env),
                     ("IntObservation", IntObservationEnv), ("FailsOncePerSeed", FailsOncePerSeedEnv),
                     ("OldGymApi", OldGymApiEnv), ("NanReward", NanRewardEnv), ("NoneReward", NoneRewardEnv),
-                    ("ListInfo", ListInfoEnv)]:
+                    ("ListInfo", ListInfoEnv), ("NoSuccessKey", _TextEnv)]:
     if f"rolltest/{_name}-v0" not in gymnasium.registry:
         gymnasium.register(id=f"rolltest/{_name}-v0", entry_point=_cls, disable_env_checker=True)
 
@@ -195,6 +196,26 @@ def test_transient_failures_are_retried_counted_and_logged(tok, mode, tmp_path):
     assert out.metrics["rollout/failed_episode_share"] == pytest.approx(2 / 6)
     assert sum(out.failure_causes.values()) == 2
     assert (tmp_path / "env_errors.log").read_text().count("ConnectionError") >= 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_env_that_never_reports_success_is_named_once(tok, mode, tmp_path, caplog):
+    # not a failure (the rewards still train), but its success rate would read 0 whatever happened
+    async def main(env_id):
+        sched = build(tok, env_id, mode, tmp_path)
+        try:
+            return [await sched.get_batch(4) for _ in range(2)]
+        finally:
+            await sched.shutdown()
+
+    with caplog.at_level(logging.WARNING, logger="roll.rollout.scheduler"):
+        batches = asyncio.run(main("rolltest/NoSuccessKey-v0"))
+        asyncio.run(main("rolltest/Countdown-v0"))  # reports success: no warning
+    assert all(b.metrics["env/broken/success"] == 0.0 for b in batches)
+    warned = [r.getMessage() for r in caplog.records if "info['success']" in r.getMessage()]
+    assert warned == ["env broken (rolltest/NoSuccessKey-v0): none of its 4 episodes reported info['success'], so its "
+                      "success rate reads 0 whatever the episodes did; set info['success'] (a bool) in step(), at "
+                      "least on the step that ends an episode (docs/adding_an_env.md)"], warned
 
 
 def test_classification_table():
