@@ -71,6 +71,7 @@ class SFTPipeline(BasePipeline):
         self.loss_fn = make_sft_loss_fn(cfg.algorithm.loss_agg_mode)
         self.cursor = 0
         self.epoch = 0
+        self.data_metrics: dict[str, float] = {}
 
     def setup(self) -> None:
         cfg = self.cfg
@@ -80,14 +81,18 @@ class SFTPipeline(BasePipeline):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.train = self._tokenize(read_examples(cfg.data.train_files, cfg.data.messages_key), "train")
         self.val = self._tokenize(read_examples(cfg.data.val_files, cfg.data.messages_key), "val") if cfg.data.val_files else []
-        if not self.train:
-            raise ConfigError(["data.train_files: no usable conversation (all too long or without assistant turns)"])
+        for split, files, kept in (("train", cfg.data.train_files, self.train), ("val", cfg.data.val_files, self.val)):
+            if files and not kept:
+                raise ConfigError([f"data.{split}_files: no usable conversation (all over data.max_seq_length="
+                                   f"{cfg.data.max_seq_length} or without assistant turns)"])
         self.order = self._permutation(0)
         self.make_pool()
         self.actor_train = self.make_cluster("actor_train", ActorWorker, cfg.actor_train, num_training_steps=cfg.max_steps)
 
     def _tokenize(self, examples: list[tuple[list[dict], list[dict] | None]], split: str) -> list[tuple[list[int], list[int]]]:
-        out, too_long, no_loss = [], 0, 0
+        """Tokenized conversations; those over ``data.max_seq_length`` or without an assistant turn
+        are dropped, warned of and counted (``data/<split>_dropped_*``, logged with the first step)."""
+        out, too_long, no_loss, longest = [], 0, 0, 0
         for messages, tools in examples:
             try:
                 ids, mask = tokenize_conversation(self.tokenizer, messages, tools=tools if self.cfg.data.with_tools else None)
@@ -95,14 +100,17 @@ class SFTPipeline(BasePipeline):
                 raise ConfigError([f"data ({split}): {e}"]) from None
             if len(ids) > self.cfg.data.max_seq_length:
                 too_long += 1
+                longest = max(longest, len(ids))
             elif not any(mask):
                 no_loss += 1
             else:
                 out.append((ids, mask))
         if too_long or no_loss:
-            logger.warning("%s data: dropped %d conversations over max_seq_length and %d without assistant turns",
-                           split, too_long, no_loss)
-        self.dropped = {f"data/{split}_dropped_too_long": float(too_long), f"data/{split}_dropped_no_loss": float(no_loss)}
+            logger.warning("%s data: dropped %d of %d conversations over data.max_seq_length=%d (the longest has %d "
+                           "tokens) and %d without assistant turns", split, too_long, len(examples),
+                           self.cfg.data.max_seq_length, longest, no_loss)
+        self.data_metrics.update({f"data/{split}_dropped_too_long": float(too_long),
+                                  f"data/{split}_dropped_no_loss": float(no_loss)})
         return out
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -132,6 +140,8 @@ class SFTPipeline(BasePipeline):
             results = self.actor_train.call("train", batch, self.loss_fn, 1, mode="dp")
         metrics = results if isinstance(results, dict) else {k: float(np.mean([r[k] for r in results])) for k in results[0]}
         metrics["data/epoch"] = float(self.epoch + self.cursor / max(1, len(self.order)))
+        if step == self.start_step:
+            metrics.update(self.data_metrics)
         return metrics
 
     def dump_samples(self, step: int, examples: list[tuple[list[int], list[int]]]) -> None:

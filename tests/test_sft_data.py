@@ -1,12 +1,20 @@
-"""Demonstrations render prompts as the env manager does (instruction, turn template)."""
+"""Demonstrations render prompts as the env manager does (instruction, turn template); the SFT
+pipeline's data loading drops, counts and refuses what it cannot train on."""
 import json
+import logging
 
 import gymnasium
+import pytest
+from transformers import AutoTokenizer
 
 import roll.envs  # noqa: F401
 from roll.config.rollout import EnvConfig
 from roll.envs.agents import ExpertAgent
+from roll.config import load_config
+from roll.config.validate import ConfigError
+from roll.pipelines.sft import SFTPipeline, read_examples
 from roll.pipelines.sft_data import episode_messages, generate, step_samples
+from roll.workers.base import resolve_model
 
 REPO_CFG = "configs/agentic/frozenlake_cpu.yaml"
 
@@ -77,3 +85,41 @@ def test_sft_collate_builds_the_trajectory_batch():
     agentic = trajectories_to_batch([Trajectory(input_ids=[1], loss_mask=[1], logprobs=[0.0], token_turns=[0],
                                                 token_versions=[0], turn_versions=[0])], pad_token_id=0)
     assert set(b.tensors) == set(agentic.tensors)
+
+
+def _sft_pipeline(tmp_path, train_rows, val_rows, max_seq_length):
+    paths = []
+    for name, rows in (("train", train_rows), ("val", val_rows)):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps({"messages": m}) + "\n" for m in rows))
+    cfg = load_config("configs/sft/frozenlake_sft_cpu.yaml", [
+        f"output_dir={tmp_path / 'run'}", f"data.train_files=[{paths[0]}]", f"data.val_files=[{paths[1]}]",
+        f"data.max_seq_length={max_seq_length}"])
+    return SFTPipeline(cfg)
+
+
+SHORT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<answer>Up</answer>"}]
+LONG = [{"role": "user", "content": "word " * 300}, {"role": "assistant", "content": "<answer>Up</answer>"}]
+NO_ANSWER = [{"role": "user", "content": "hi"}]
+
+
+def test_sft_data_dropped_at_load_is_warned_of_and_counted_with_the_first_step(tmp_path, caplog):
+    pipe = _sft_pipeline(tmp_path, [SHORT, LONG, NO_ANSWER, SHORT], [SHORT], max_seq_length=64)
+    pipe.tokenizer = AutoTokenizer.from_pretrained(resolve_model("roll-tiny://tiny"))
+    with caplog.at_level(logging.WARNING):
+        kept = pipe._tokenize(read_examples([str(tmp_path / "train.jsonl")], "messages"), "train")
+        pipe._tokenize(read_examples([str(tmp_path / "val.jsonl")], "messages"), "val")
+    assert len(kept) == 2
+    [msg] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert msg.startswith("train data: dropped 1 of 4 conversations over data.max_seq_length=64 (the longest has ")
+    assert msg.endswith("and 1 without assistant turns")
+    # both splits' counts are kept for the first step's metrics
+    assert pipe.data_metrics == {"data/train_dropped_too_long": 1.0, "data/train_dropped_no_loss": 1.0,
+                                 "data/val_dropped_too_long": 0.0, "data/val_dropped_no_loss": 0.0}
+
+
+def test_sft_validation_data_that_is_all_dropped_is_an_error_before_ray_starts(tmp_path):
+    pipe = _sft_pipeline(tmp_path, [SHORT], [LONG, NO_ANSWER], max_seq_length=64)
+    with pytest.raises(ConfigError, match=r"data.val_files: no usable conversation \(all over data.max_seq_length=64"):
+        pipe.setup()
+    assert pipe.pool is None
