@@ -230,7 +230,7 @@ class EnvManager:
         if not self.step_mode:
             self._append(self.renderer.initial_prompt(user, tools=self.tool_schemas), model=False)
             if len(self.ids) >= self.mcfg.max_context_tokens:
-                self._fail(EpisodeFailure("context_overflow", f"first prompt has {len(self.ids)} tokens"))
+                self._fail(self._first_prompt_overflow(len(self.ids)))
 
     async def generate_turn(self) -> None:
         if self.done:
@@ -242,6 +242,8 @@ class EnvManager:
         room = self.mcfg.max_context_tokens - len(prompt) - len(self.renderer.assistant_suffix_ids)
         budget = min(self.gen.max_new_tokens, room)
         if budget <= 0:
+            if self.turn == 0:  # no answer fits at all: a failure, not an episode of no turns
+                return self._fail(self._first_prompt_overflow(len(prompt)))
             self.truncated = self.done = True
             return
         out: list[int] = []
@@ -528,6 +530,12 @@ class EnvManager:
                 "env_error", f"env {self.cfg.env_id!r} (tag {self.spec.tag!r}) returned a {type(obs).__name__} "
                 f"observation from {method}(): observations must be text (str), got {str(obs)[:80]!r}",
                 permanent=True)
+
+    def _first_prompt_overflow(self, tokens: int) -> EpisodeFailure:
+        return EpisodeFailure("context_overflow", (
+            f"first prompt has {tokens} tokens, which leaves no room for an answer within max_context_tokens="
+            f"{self.mcfg.max_context_tokens} (raise the env manager's max_context_tokens, or shorten the "
+            f"instruction or observation)"))
 
     def _fail(self, f: EpisodeFailure | str, detail: str = "") -> None:
         """End the episode as failed: every early exit goes through here, so the fields a

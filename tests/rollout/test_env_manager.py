@@ -122,6 +122,18 @@ def test_responses_cut_at_max_new_tokens_are_counted(tok, mode):
     assert {t.metrics["cut_response_rate"] for t in whole} == {0.0}
 
 
+@pytest.mark.parametrize("mode", ["trajectory", "step"])
+def test_a_first_prompt_that_leaves_no_room_for_an_answer_is_a_context_overflow(tok, mode):
+    # step mode used to end such an episode after no turn as merely truncated: a batch of nothing, no failure
+    [traj] = run_episode(tok, "roll/FrozenLake-v0", ScriptedClient(tok), max_turns=2, mode=mode, max_context_tokens=20)
+    assert traj.failure == "context_overflow" and traj.num_turns == 0
+    assert "leaves no room for an answer within max_context_tokens=20" in traj.failure_detail
+    # a context that fills up after the first turn still ends the episode as truncated
+    [*first, last] = run_episode(tok, "roll/FrozenLake-v0", ScriptedClient(tok), max_turns=4, mode=mode,
+                                 max_context_tokens=230, history_window=3)
+    assert last.failure is None and last.truncated and 1 <= last.num_turns < 4
+
+
 def test_step_mode_samples_have_bounded_history_and_state_keys(tok):
     client = ScriptedClient(tok)
     samples = run_episode(tok, "rolltest/Countdown-v0", client, seed=3, max_turns=6, mode="step", history_window=1)
