@@ -57,7 +57,7 @@ class EnvManagerConfig:
     history_window: int = ranged(4, ge=0)
     """Step mode: previous turns kept in each per-turn sample's context."""
     max_context_tokens: int = ranged(2048, ge=1)
-    """An episode whose context would exceed this is truncated; one whose first prompt leaves no room for an answer fails (`context_overflow`, retried with other seeds and counted)."""
+    """An episode whose context would exceed this is truncated; one whose first prompt leaves no room for an answer fails (`context_overflow`, counted and handled like other episode failures)."""
     redundancy: float = ranged(0.0, ge=0)
     """Extra share of groups started; the first to finish are kept."""
     group_filter: Optional[str] = None
