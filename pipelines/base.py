@@ -198,8 +198,8 @@ class LearningSignal:
                 f"reward/<tag>/zero_std_groups in the metrics and the episodes' rewards (roll view){cause}")
 
 
-RESUME_QUIET_KEYS = ("resume_from_checkpoint", "max_steps", "output_dir", "show_progress")
-"""Settings a resume changes as a matter of course (continuing longer, from another directory):
+RESUME_QUIET_KEYS = ("resume_from_checkpoint", "max_steps", "output_dir", "show_progress", "source_path")
+"""Settings a resume changes as a matter of course (continuing longer, from another directory or YAML file):
 their changes are logged at info level; any other changed setting is a warning."""
 
 
