@@ -87,6 +87,9 @@ SEMANTIC_CASES = {
                                 "train_env_manager.mode=step"],
                                "do_sample: false decodes greedily, so the 4 samples of a group (train_env_manager.group_size) "
                                "give the same answers and gigpo's advantages, measured within each group, are all zero"),
+    "groups of one": (["train_env_manager.group_size=1", "train_env_manager.num_groups_partition=[8]"],
+                      "train_env_manager.group_size: 1 makes every group a single sample, and grpo's advantage, "
+                      "measured against the other samples of the group, is zero for all of them"),
 }
 
 
@@ -117,7 +120,9 @@ def test_numbers_out_of_range_are_config_errors(override, capsys, out_dir):
 
 
 @pytest.mark.parametrize("overrides", [
-    ["train_env_manager.group_size=1", "train_env_manager.num_groups_partition=[8]"],  # no group to compare within
+    # no group to compare within (GiGPO's step-level part compares the states an episode revisits)
+    ["train_env_manager.group_size=1", "train_env_manager.num_groups_partition=[8]", "algorithm.adv_estimator=gigpo",
+     "train_env_manager.mode=step"],
     ["algorithm.reward_norm.group_by=batch"],  # the baseline spans the batch: greedy episodes still differ by room
     ["algorithm.adv_estimator=reinforce_pp"],  # whitened over the batch
 ])
@@ -132,6 +137,22 @@ def test_greedy_rlvr_groups_are_rejected(tmp_path, capsys):
     assert rc == 1 and "plan OK" not in out
     assert ("actor_infer.generating_args: do_sample: false decodes greedily, so the 2 samples of a group "
             "(actor_infer.generating_args.num_return_sequences)") in out, out[-2000:]
+
+
+@pytest.mark.parametrize("overrides", [
+    ["algorithm.reward_norm.group_by=batch"],  # a baseline over the batch
+    ["algorithm.adv_estimator=gigpo", "train_env_manager.mode=step"],  # step-level advantages over revisited states
+])
+def test_groups_of_one_pass_where_advantages_are_not_within_a_group(overrides, capsys, out_dir):
+    rc, out = plan(capsys, SOKOBAN, out_dir, "train_env_manager.group_size=1", "train_env_manager.num_groups_partition=[8]",
+                   *overrides)
+    assert rc == 0 and "plan OK" in out, out[-2000:]
+
+
+def test_rlvr_groups_of_one_are_rejected(tmp_path, capsys):
+    rc, out = plan(capsys, RLVR, f"output_dir={tmp_path / 'run'}", "actor_infer.generating_args.num_return_sequences=1")
+    assert rc == 1 and ("actor_infer.generating_args.num_return_sequences: 1 makes every group a single sample, and "
+                        "grpo's advantage") in out, out[-2000:]
 
 
 def test_every_problem_is_listed_at_once(capsys, out_dir):

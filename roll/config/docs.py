@@ -80,6 +80,8 @@ def render() -> str:
         "  where samples come in groups and the estimator compares a sample only within its group",
         "  (grpo, reinforce, gigpo with `reward_norm.group_by: group`; rloo; reinforce_pp with",
         "  `group_baseline`): every sample of a group would answer alike and every advantage be zero;",
+        "  so are groups of one sample (`group_size` / `num_return_sequences` 1) with those estimators",
+        "  (gigpo only with `step_weight: 0`): each sample is its own baseline;",
         "  validation with `eval_steps` set and an empty `val_decoding` (it would run nothing);",
         "- `lora`: only on `torch_train` / `deepspeed` trainers (not megatron, not the critic), peft",
         "  installed, every `target_modules` entry names a linear module of the role's model;",

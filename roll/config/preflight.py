@@ -165,6 +165,7 @@ def _check_algorithm(cfg: Any, problems: list[str]) -> None:
         problems.append(f"algorithm: difficulty_mask_low {low} must be below difficulty_mask_high {high} "
                         "(otherwise every group is masked)")
     _check_greedy_groups(cfg, problems)
+    _check_groups_of_one(cfg, problems)
 
 
 def _check_validation(cfg: Any, problems: list[str]) -> None:
@@ -205,6 +206,26 @@ def _check_greedy_groups(cfg: Any, problems: list[str]) -> None:
                         f"measured within each group, are all zero: nothing would be learnt from the rewards. "
                         f"Sample the rollouts (do_sample: true, temperature > 0); greedy validation is "
                         f"`val_decoding: [greedy]`")
+
+
+def _check_groups_of_one(cfg: Any, problems: list[str]) -> None:
+    """Groups of one sample with an estimator that measures advantages within the group: each
+    sample is its own baseline, so every advantage is zero (GiGPO's step-level part, over the
+    states an episode revisits, is the exception: it needs ``step_weight`` > 0)."""
+    if cfg.pipeline not in ("agentic", "rlvr") or cfg.actor_infer is None:
+        return
+    alg = cfg.algorithm
+    if not _within_group(alg) or (alg.adv_estimator == "gigpo" and alg.adv_estimator_args.get("step_weight", 1.0)):
+        return
+    if cfg.pipeline == "agentic":
+        size, where = cfg.train_env_manager.group_size, "train_env_manager.group_size"
+    else:
+        size, where = cfg.actor_infer.generating_args.num_return_sequences, "actor_infer.generating_args.num_return_sequences"
+    if size == 1:
+        problems.append(f"{where}: 1 makes every group a single sample, and {alg.adv_estimator}'s advantage, measured "
+                        f"against the other samples of the group, is zero for all of them: nothing would be learnt "
+                        f"from the rewards. Use groups of 2 or more, or a baseline over the batch "
+                        f"(algorithm.reward_norm.group_by: batch)")
 
 
 def _reward_options(fn: Any) -> frozenset[str] | None:
