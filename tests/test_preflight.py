@@ -366,6 +366,32 @@ def test_validation_on_training_seeds_is_a_plan_warning(capsys, out_dir):
     assert rc == 0 and "replay" not in out
 
 
+MULTI = REPO / "configs/agentic/learning/multi_env_grpo.yaml"
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    # each would fail its first validation round, after Ray and the models had started
+    (["val_batch_size=5", "val_env_manager.group_size=2"], "val_batch_size 5 is not a multiple of val_env_manager.group_size 2"),
+    (["val_env_manager.num_groups_partition=[1,1,1]"],
+     "val_env_manager.num_groups_partition sums to 3, but a validation batch has 384 / 1 = 384 groups"),
+    # an even split over more tags than groups leaves tags out of every batch
+    (["val_batch_size=2"], "val_env_manager: 2 group(s) per batch (val_batch_size / group_size) split evenly over 3 tags "
+                           "leaves 'SokobanDifferentSymbols' with none: never validated"),
+    (["rollout_batch_size=8", "actor_train.training_args.per_device_train_batch_size=8",
+      "train_env_manager.num_groups_partition=[]"],
+     "train_env_manager: 1 group(s) per batch (rollout_batch_size / group_size) split evenly over 2 tags leaves "
+     "'FrozenLake' with none: never trained"),
+])
+def test_env_batches_that_leave_a_tag_out_or_do_not_split_are_plan_errors(overrides, expected, capsys, out_dir):
+    rc, out = plan(capsys, MULTI, out_dir, *overrides)
+    assert rc == 1 and expected in " ".join(out.split()), out[-2000:]
+
+
+def test_a_partition_entry_of_0_leaves_its_tag_out_with_a_warning(capsys, out_dir):
+    rc, out = plan(capsys, MULTI, out_dir, "train_env_manager.num_groups_partition=[8,0]")
+    assert rc == 0 and "warning: train_env_manager.num_groups_partition gives 'FrozenLake' no groups: never trained" in out
+
+
 @pytest.mark.parametrize("path", [p for p in RUNNABLE if "agentic" in p.parts], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_shipped_configs_validate_on_other_seeds_than_they_train_on(path, tmp_path):
     from roll.pipelines.chain import is_chain_file
