@@ -156,19 +156,33 @@ class LearningSignal:
     ``env/<tag>/cut_response_rate``, rlvr ``rollout/<tag>/truncated_rate``) are the commonest
     cause of a reward that never varies (an answer that cannot finish cannot be scored): half
     or more cut is named in that warning, and nine in ten cut is a warning of its own in a run
-    that did learn something."""
+    that did learn something. It also watches each role's learning rate (``lr_problems``)."""
 
     CUT_KEYS = ("/cut_response_rate", "/truncated_rate")
     CUT_HINT_SHARE = 0.5
     CUT_WARN_SHARE = 0.9
+
+    LR_KEYS = ("actor/lr", "critic/lr")
 
     def __init__(self) -> None:
         self.steps = 0
         self.nonzero = 0
         self.cut_sum = 0.0
         self.cut_steps = 0
+        self.added = 0
+        self.lr_positive: set[str] = set()
+        self.lr_zero_since: dict[str, int] = {}  # role's lr key -> first step of its trailing run at lr 0
 
     def add(self, metrics: dict[str, float]) -> None:
+        self.added += 1
+        for key in self.LR_KEYS:
+            if key not in metrics:
+                continue
+            if metrics[key] > 0:
+                self.lr_positive.add(key)
+                self.lr_zero_since.pop(key, None)
+            elif key in self.lr_positive:  # a warmup's lr 0 at the start is no end of the schedule
+                self.lr_zero_since.setdefault(key, self.added)
         cut = [v for k, v in metrics.items() if k.endswith(self.CUT_KEYS) and not k.startswith("val")]
         if cut:  # tags weigh alike
             self.cut_sum += sum(cut) / len(cut)
@@ -186,6 +200,22 @@ class LearningSignal:
         return (f"{self.cut_share:.0%} of the training responses were cut at max_new_tokens without ending "
                 f"(env/<tag>/cut_response_rate, rollout/<tag>/truncated_rate): raise "
                 f"actor_infer.generating_args.max_new_tokens, or check that the model ends its answers")
+
+    def lr_problems(self, start: int) -> list[str]:
+        """A role whose LR schedule reached 0 before the run's end and stayed there (a
+        ``num_training_steps`` shorter than the run's optimizer steps, say after ``max_steps``
+        was raised): the steps after it trained nothing. A tail of one step, or under 5% of the
+        run, is a schedule that ends with the run."""
+        out = []
+        for key, since in sorted(self.lr_zero_since.items()):
+            tail = self.added - since + 1
+            if tail >= max(2, 0.05 * self.added):
+                role = "actor_train" if key.startswith("actor") else "critic"
+                out.append(f"{key} reached 0 at step {start + since} and stayed 0 for the last {tail} of the run's "
+                           f"{self.added} steps, which trained nothing: {role}.training_args.num_training_steps is "
+                           f"shorter than the run's optimizer steps (the sum of {key.split('/')[0]}/optimizer_steps); "
+                           f"set it to cover the run")
+        return out
 
     def problem(self, start: int, end: int) -> Optional[str]:
         if not self.steps:
@@ -470,9 +500,9 @@ class BasePipeline:
                     console.step(done, metrics, status=self.status_line(metrics))
             self.save_checkpoint(cfg.max_steps)
             self.finalize()
-            problem = signal.problem(self.start_step, cfg.max_steps)
-            if problem:
-                logger.warning(problem)
+            for problem in [signal.problem(self.start_step, cfg.max_steps), *signal.lr_problems(self.start_step)]:
+                if problem:
+                    logger.warning(problem)
         finally:
             self.shutdown()
             if self.tracker is not None:

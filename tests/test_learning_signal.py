@@ -42,3 +42,20 @@ def test_a_run_that_learnt_with_nearly_every_response_cut_is_warned_of():
     assert signal.problem(0, 1).startswith("most responses never finished: 95% of the training responses")
     signal.add({**SIGNAL, "rollout/math/truncated_rate": 0.7})
     assert signal.problem(0, 2) is None  # 82%: below the warning's share
+
+
+def test_an_lr_schedule_that_ends_before_the_run_is_named_with_its_steps():
+    signal = LearningSignal()
+    for lr in [0.0, 1e-4, 2e-4, 1e-4, 0.0, 0.0, 0.0]:  # a warmup from 0, then the schedule ran out at step 5
+        signal.add({**SIGNAL, "actor/lr": lr, "critic/lr": 1e-5})
+    [msg] = signal.lr_problems(10)
+    assert msg.startswith("actor/lr reached 0 at step 15 and stayed 0 for the last 3 of the run's 7 steps")
+    assert "actor_train.training_args.num_training_steps is shorter" in msg and "actor/optimizer_steps" in msg
+    ends_with_the_run = LearningSignal()
+    for lr in [2e-4, 1e-4, 5e-5, 0.0]:  # a cosine whose last step reads 0
+        ends_with_the_run.add({**SIGNAL, "actor/lr": lr})
+    assert ends_with_the_run.lr_problems(0) == []
+    warmup_only = LearningSignal()
+    for _ in range(3):
+        warmup_only.add({"actor/lr": 0.0})
+    assert warmup_only.lr_problems(0) == []

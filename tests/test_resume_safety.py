@@ -148,3 +148,17 @@ def test_the_final_model_is_validated_where_eval_steps_does_not_divide_max_steps
     divides = ValidatingPipeline(_cfg(tmp_path / "even", max_steps=4, eval_steps=2, save_steps=0))
     divides.run()
     assert divides.validated == [0, 2, 4]  # the last step once
+
+
+class ShortSchedulePipeline(LinearPipeline):
+    """Reports the lr of a linear schedule over 4 steps, in a longer run."""
+
+    def train_step(self, step: int) -> dict[str, float]:
+        return {**super().train_step(step), "actor/lr": 1e-3 * max(0.0, 1 - step / 4)}
+
+
+def test_a_run_that_outlives_its_lr_schedule_says_so_at_the_end(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        ShortSchedulePipeline(_cfg(tmp_path / "run", max_steps=8, save_steps=0)).run()
+    [msg] = [r.getMessage() for r in caplog.records if "actor/lr reached 0" in r.getMessage()]
+    assert msg.startswith("actor/lr reached 0 at step 5 and stayed 0 for the last 4 of the run's 8 steps")
