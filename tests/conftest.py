@@ -1,6 +1,7 @@
 """Shared fixtures: one local Ray cluster per test session, and the cached tiny model."""
 from __future__ import annotations
 
+import logging
 import os
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -72,3 +73,21 @@ def multi_env_run(tmp_path_factory, ray_cluster):
                     "train_env_manager.num_groups_partition=[1,1]", f"output_dir={out}"])
     assert rc == 0
     return out
+
+
+@pytest.fixture
+def roll_logs(caplog):
+    """``caplog`` for roll's own loggers, INFO and above: the ``roll`` logger does not propagate
+    to the root logger (roll/utils/logging.py), and an earlier test may have raised its level."""
+    logger = logging.getLogger("roll")
+    level, attached = logger.level, caplog.handler in logger.handlers
+    if not attached:
+        logger.addHandler(caplog.handler)
+    logger.setLevel(logging.INFO)
+    caplog.handler.setLevel(logging.INFO)
+    try:
+        yield caplog
+    finally:
+        if not attached:
+            logger.removeHandler(caplog.handler)
+        logger.setLevel(level)

@@ -111,10 +111,10 @@ def test_explicit_damaged_checkpoint_is_refused_by_name(six_steps):
         LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=str(ckpt)))
 
 
-def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_steps, caplog):
+def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_steps, roll_logs):
     cfg = _cfg(six_steps, max_steps=8, resume_from_checkpoint=True, seed=7, **{"actor_train.training_args.lr": 2e-4})
-    with caplog.at_level(logging.INFO):
-        LinearPipeline(cfg)  # before setup: before Ray would start
+    LinearPipeline(cfg)  # before setup: before Ray would start
+    caplog = roll_logs
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "2 setting(s)" in warnings[0] and "seed: 42 -> 7" in warnings[0]
@@ -122,10 +122,11 @@ def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_s
     assert any(r.levelno == logging.INFO and "max_steps 6 -> 8" in r.getMessage() for r in caplog.records)
 
 
-def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, caplog):
-    with caplog.at_level(logging.WARNING):
-        LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
-    assert not [r.getMessage() for r in caplog.records if "setting(s)" in r.getMessage()]
+def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, roll_logs):
+    LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
+    messages = [r.getMessage() for r in roll_logs.records]
+    assert any("resume: max_steps 6 -> 8" in m for m in messages)  # the records are there: none is a warning
+    assert not [m for m in messages if "setting(s)" in m]
     state = json.loads((six_steps / "checkpoints" / "step-8" / "driver_state.json").read_text())
     assert state["config"]["max_steps"] == 8 and state["config"]["seed"] == 42
 
@@ -157,8 +158,7 @@ class ShortSchedulePipeline(LinearPipeline):
         return {**super().train_step(step), "actor/lr": 1e-3 * max(0.0, 1 - step / 4)}
 
 
-def test_a_run_that_outlives_its_lr_schedule_says_so_at_the_end(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING):
-        ShortSchedulePipeline(_cfg(tmp_path / "run", max_steps=8, save_steps=0)).run()
-    [msg] = [r.getMessage() for r in caplog.records if "actor/lr reached 0" in r.getMessage()]
+def test_a_run_that_outlives_its_lr_schedule_says_so_at_the_end(tmp_path, roll_logs):
+    ShortSchedulePipeline(_cfg(tmp_path / "run", max_steps=8, save_steps=0)).run()
+    [msg] = [r.getMessage() for r in roll_logs.records if "actor/lr reached 0" in r.getMessage()]
     assert msg.startswith("actor/lr reached 0 at step 5 and stayed 0 for the last 4 of the run's 8 steps")

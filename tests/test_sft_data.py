@@ -103,14 +103,13 @@ LONG = [{"role": "user", "content": "word " * 300}, {"role": "assistant", "conte
 NO_ANSWER = [{"role": "user", "content": "hi"}]
 
 
-def test_sft_data_dropped_at_load_is_warned_of_and_counted_with_the_first_step(tmp_path, caplog):
+def test_sft_data_dropped_at_load_is_warned_of_and_counted_with_the_first_step(tmp_path, roll_logs):
     pipe = _sft_pipeline(tmp_path, [SHORT, LONG, NO_ANSWER, SHORT], [SHORT], max_seq_length=64)
     pipe.tokenizer = AutoTokenizer.from_pretrained(resolve_model("roll-tiny://tiny"))
-    with caplog.at_level(logging.WARNING):
-        kept = pipe._tokenize(read_examples([str(tmp_path / "train.jsonl")], "messages"), "train")
-        pipe._tokenize(read_examples([str(tmp_path / "val.jsonl")], "messages"), "val")
+    kept = pipe._tokenize(read_examples([str(tmp_path / "train.jsonl")], "messages"), "train")
+    pipe._tokenize(read_examples([str(tmp_path / "val.jsonl")], "messages"), "val")
     assert len(kept) == 2
-    [msg] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    [msg] = [r.getMessage() for r in roll_logs.records if r.levelno == logging.WARNING and "dropped" in r.getMessage()]
     assert msg.startswith("train data: dropped 1 of 4 conversations over data.max_seq_length=64 (the longest has ")
     assert msg.endswith("and 1 without assistant turns")
     # both splits' counts are kept for the first step's metrics

@@ -275,7 +275,10 @@ def test_fast_path_writer_waits_for_the_running_batch(setup):
         assert time.monotonic() < deadline, "the generation never started"
         time.sleep(0.005)
     metrics = fast.update(old + 1)
-    assert ray.wait([pending], timeout=0)[0], "the update returned while the batch was still decoding"
+    # the batch ended before the update returned; its reply may still be in transit (a zero timeout
+    # here failed on a loaded machine). What proves the wait is the batch itself: every token and
+    # logprob below is the old weights', which an update landing mid-batch would have changed.
+    assert ray.wait([pending], timeout=10.0)[0], "the batch never finished"
     raced = ray.get(pending)
     assert raced.policy_version == old and raced.output_ids == ref_out.output_ids
     assert torch.allclose(torch.tensor(raced.logprobs), torch.tensor(ref_out.logprobs), atol=1e-6)
