@@ -188,12 +188,18 @@ def test_gradient_accumulation_matches_one_big_micro_batch(tiny_model_dir):
     assert m1["lr"] == 1e-3 and m1["nonfinite_grad_steps"] == 0
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
-def test_save_load_round_trip(tiny_model_dir, tmp_path, parallel):
-    s = make(tiny_model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
+def _saved_after_two_steps(model_dir, parallel, path):
+    """A strategy (linear schedule over 10 steps, 1 of warmup) after two steps, saved to ``path``."""
+    s = make(model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
     s.train_step(batch(), ACTOR_LOSS)
     s.train_step(batch(seed=1), ACTOR_LOSS)
-    s.save(str(tmp_path / "ckpt"))
+    s.save(str(path))
+    return s
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_save_load_round_trip(tiny_model_dir, tmp_path, parallel):
+    s = _saved_after_two_steps(tiny_model_dir, parallel, tmp_path / "ckpt")
     t = make(tiny_model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
     t.load(str(tmp_path / "ckpt"))
     assert t.step == 2
@@ -208,10 +214,7 @@ def test_save_load_round_trip(tiny_model_dir, tmp_path, parallel):
 def test_a_resume_trains_with_the_configs_optimizer_settings_and_the_checkpoints_moments(tiny_model_dir, tmp_path, parallel):
     # an optimizer's state holds its lr, betas, eps and weight decay, the LR schedule its base lr:
     # loaded as they are, they would overwrite a resumed run's new settings without a word
-    s = make(tiny_model_dir, parallel, lr_scheduler_type="linear", warmup_steps=1)
-    s.train_step(batch(), ACTOR_LOSS)
-    s.train_step(batch(seed=1), ACTOR_LOSS)
-    s.save(str(tmp_path / "ckpt"))
+    s = _saved_after_two_steps(tiny_model_dir, parallel, tmp_path / "ckpt")
     t = make(tiny_model_dir, parallel, lr=2e-4, adam_betas=(0.9, 0.95), adam_eps=1e-6, weight_decay=0.1,
              lr_scheduler_type="linear", warmup_steps=1)
     t.load(str(tmp_path / "ckpt"))
