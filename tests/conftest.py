@@ -77,17 +77,26 @@ def multi_env_run(tmp_path_factory, ray_cluster):
 
 @pytest.fixture
 def roll_logs(caplog):
-    """``caplog`` for roll's own loggers, INFO and above: the ``roll`` logger does not propagate
-    to the root logger (roll/utils/logging.py), and an earlier test may have raised its level."""
-    logger = logging.getLogger("roll")
-    level, attached = logger.level, caplog.handler in logger.handlers
+    """``caplog`` for roll's own loggers, INFO and above. The ``roll`` logger does not propagate to
+    the root logger (roll/utils/logging.py), and earlier tests in the session may have raised a
+    ``roll.*`` logger's level or disabled it (a library's ``logging.config.dictConfig`` disables
+    the loggers that exist): for the test, every ``roll`` logger is enabled and passes INFO."""
+    names = [n for n in logging.root.manager.loggerDict if n == "roll" or n.startswith("roll.")]
+    loggers = [lg for lg in map(logging.getLogger, ["roll", *names])]
+    saved = [(lg, lg.level, lg.disabled) for lg in loggers]
+    top = logging.getLogger("roll")
+    attached = caplog.handler in top.handlers
     if not attached:
-        logger.addHandler(caplog.handler)
-    logger.setLevel(logging.INFO)
+        top.addHandler(caplog.handler)
+    for lg in loggers:
+        lg.disabled = False
+        lg.setLevel(logging.INFO if lg is top else logging.NOTSET)
     caplog.handler.setLevel(logging.INFO)
     try:
         yield caplog
     finally:
         if not attached:
-            logger.removeHandler(caplog.handler)
-        logger.setLevel(level)
+            top.removeHandler(caplog.handler)
+        for lg, level, disabled in saved:
+            lg.setLevel(level)
+            lg.disabled = disabled

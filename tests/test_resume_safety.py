@@ -90,14 +90,14 @@ def test_failed_restore_keeps_the_metrics(six_steps):
     assert [r["step"] for r in _metrics(six_steps)] == [1, 2, 3, 4, 5, 6]
 
 
-def test_resume_falls_back_past_a_truncated_checkpoint_and_continues(six_steps, tmp_path, caplog):
+def test_resume_falls_back_past_a_truncated_checkpoint_and_continues(six_steps, tmp_path, roll_logs):
     reference = tmp_path / "reference"
     LinearPipeline(_cfg(reference, max_steps=8)).run()
     weights = six_steps / "checkpoints" / "step-6" / "actor_train" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:40])  # COMPLETE still present
-    with caplog.at_level(logging.WARNING):
-        LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
-    assert any("step-6" in r.getMessage() and "model.safetensors" in r.getMessage() for r in caplog.records)
+    LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
+    assert any(r.levelno == logging.WARNING and "step-6" in r.getMessage() and "model.safetensors" in r.getMessage()
+               for r in roll_logs.records)
     got = {r["step"]: r["train/w0"] for r in _metrics(six_steps)}
     want = {r["step"]: r["train/w0"] for r in _metrics(reference)}
     assert sorted(got) == list(range(1, 9))
@@ -114,12 +114,11 @@ def test_explicit_damaged_checkpoint_is_refused_by_name(six_steps):
 def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_steps, roll_logs):
     cfg = _cfg(six_steps, max_steps=8, resume_from_checkpoint=True, seed=7, **{"actor_train.training_args.lr": 2e-4})
     LinearPipeline(cfg)  # before setup: before Ray would start
-    caplog = roll_logs
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in roll_logs.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "2 setting(s)" in warnings[0] and "seed: 42 -> 7" in warnings[0]
     assert "actor_train.training_args.lr: 0.001 -> 0.0002" in warnings[0]
-    assert any(r.levelno == logging.INFO and "max_steps 6 -> 8" in r.getMessage() for r in caplog.records)
+    assert any(r.levelno == logging.INFO and "max_steps 6 -> 8" in r.getMessage() for r in roll_logs.records)
 
 
 def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, roll_logs):
