@@ -77,26 +77,28 @@ def multi_env_run(tmp_path_factory, ray_cluster):
 
 @pytest.fixture
 def roll_logs(caplog):
-    """``caplog`` for roll's own loggers, INFO and above. The ``roll`` logger does not propagate to
-    the root logger (roll/utils/logging.py), and earlier tests in the session may have raised a
-    ``roll.*`` logger's level or disabled it (a library's ``logging.config.dictConfig`` disables
-    the loggers that exist): for the test, every ``roll`` logger is enabled and passes INFO."""
-    names = [n for n in logging.root.manager.loggerDict if n == "roll" or n.startswith("roll.")]
-    loggers = [lg for lg in map(logging.getLogger, ["roll", *names])]
-    saved = [(lg, lg.level, lg.disabled) for lg in loggers]
+    """``caplog`` for roll's own loggers, INFO and above. The ``roll`` logger does not propagate
+    to the root logger (roll/utils/logging.py), and earlier tests in the session may have raised
+    a ``roll.*`` logger's level, disabled it or stopped its propagation (a library's
+    ``logging.config.dictConfig`` disables the loggers that exist): for the test, every ``roll``
+    logger is enabled and passes INFO on to ``roll``, which holds caplog's handler."""
     top = logging.getLogger("roll")
+    children = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("roll.")]
+    saved = [(lg, lg.level, lg.disabled, lg.propagate) for lg in [top, *children]]
     attached = caplog.handler in top.handlers
     if not attached:
         top.addHandler(caplog.handler)
-    for lg in loggers:
-        lg.disabled = False
-        lg.setLevel(logging.INFO if lg is top else logging.NOTSET)
+    top.setLevel(logging.INFO)
+    top.disabled = False
+    for lg in children:
+        lg.setLevel(logging.NOTSET)
+        lg.disabled, lg.propagate = False, True
     caplog.handler.setLevel(logging.INFO)
     try:
         yield caplog
     finally:
         if not attached:
             top.removeHandler(caplog.handler)
-        for lg, level, disabled in saved:
+        for lg, level, disabled, propagate in saved:
             lg.setLevel(level)
-            lg.disabled = disabled
+            lg.disabled, lg.propagate = disabled, propagate
