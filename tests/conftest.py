@@ -79,9 +79,12 @@ def multi_env_run(tmp_path_factory, ray_cluster):
 def roll_logs(caplog):
     """``caplog`` for roll's own loggers, INFO and above. The ``roll`` logger does not propagate
     to the root logger (roll/utils/logging.py), and earlier tests in the session may have raised
-    a ``roll.*`` logger's level, disabled it or stopped its propagation (a library's
-    ``logging.config.dictConfig`` disables the loggers that exist): for the test, every ``roll``
-    logger is enabled and passes INFO on to ``roll``, which holds caplog's handler."""
+    a ``roll.*`` logger's level, disabled it or stopped its propagation: for the test, every ``roll``
+    logger is enabled and passes INFO on to ``roll``, which holds caplog's handler. A global
+    ``logging.disable`` left behind (vLLM's ``suppress_logging`` context, in a test that did not
+    finish it) is lifted for the test too."""
+    disabled_below = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
     top = logging.getLogger("roll")
     children = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("roll.")]
     saved = [(lg, lg.level, lg.disabled, lg.propagate) for lg in [top, *children]]
@@ -102,3 +105,4 @@ def roll_logs(caplog):
         for lg, level, disabled, propagate in saved:
             lg.setLevel(level)
             lg.disabled, lg.propagate = disabled, propagate
+        logging.disable(disabled_below)
