@@ -76,33 +76,17 @@ def multi_env_run(tmp_path_factory, ray_cluster):
 
 
 @pytest.fixture
-def roll_logs(caplog):
-    """``caplog`` for roll's own loggers, INFO and above. The ``roll`` logger does not propagate
-    to the root logger (roll/utils/logging.py), and earlier tests in the session may have raised
-    a ``roll.*`` logger's level, disabled it or stopped its propagation: for the test, every ``roll``
-    logger is enabled and passes INFO on to ``roll``, which holds caplog's handler. A global
-    ``logging.disable`` left behind (vLLM's ``suppress_logging`` context, in a test that did not
-    finish it) is lifted for the test too."""
-    disabled_below = logging.root.manager.disable
-    logging.disable(logging.NOTSET)
-    top = logging.getLogger("roll")
-    children = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict) if n.startswith("roll.")]
-    saved = [(lg, lg.level, lg.disabled, lg.propagate) for lg in [top, *children]]
-    attached = caplog.handler in top.handlers
-    if not attached:
-        top.addHandler(caplog.handler)
-    top.setLevel(logging.INFO)
-    top.disabled = False
-    for lg in children:
-        lg.setLevel(logging.NOTSET)
-        lg.disabled, lg.propagate = False, True
-    caplog.handler.setLevel(logging.INFO)
-    try:
-        yield caplog
-    finally:
-        if not attached:
-            top.removeHandler(caplog.handler)
-        for lg, level, disabled, propagate in saved:
-            lg.setLevel(level)
-            lg.disabled, lg.propagate = disabled, propagate
-        logging.disable(disabled_below)
+def log_calls(monkeypatch):
+    """``calls = log_calls(module.logger)``: what that logger is asked to log during the test, as
+    ``(level, message)`` pairs, e.g. ``("WARNING", "...")``. Recorded at the call, so it does not
+    depend on the logging state earlier tests leave behind (logger levels, disabled loggers, a
+    global ``logging.disable``, handlers), which made captured records come and go in the full
+    suite while each file passed alone."""
+    def watch(logger: logging.Logger) -> list[tuple[str, str]]:
+        calls: list[tuple[str, str]] = []
+        for level in ("debug", "info", "warning", "error"):
+            def record(msg, *args, _level=level.upper(), **kwargs):
+                calls.append((_level, str(msg) % args if args else str(msg)))
+            monkeypatch.setattr(logger, level, record)
+        return calls
+    return watch

@@ -5,7 +5,6 @@ skipped by name, and a run resumed after a fallback continues from the good chec
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,9 @@ from safetensors.torch import load_file, save_file
 
 from roll.config import load_config
 from roll.errors import CheckpointError
+from roll.pipelines import base as base_module
 from roll.pipelines.base import BasePipeline
+from roll.utils import checkpoint as checkpoint_module
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,14 +91,14 @@ def test_failed_restore_keeps_the_metrics(six_steps):
     assert [r["step"] for r in _metrics(six_steps)] == [1, 2, 3, 4, 5, 6]
 
 
-def test_resume_falls_back_past_a_truncated_checkpoint_and_continues(six_steps, tmp_path, roll_logs):
+def test_resume_falls_back_past_a_truncated_checkpoint_and_continues(six_steps, tmp_path, log_calls):
     reference = tmp_path / "reference"
     LinearPipeline(_cfg(reference, max_steps=8)).run()
     weights = six_steps / "checkpoints" / "step-6" / "actor_train" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:40])  # COMPLETE still present
+    calls = log_calls(checkpoint_module.logger)
     LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
-    assert any(r.levelno == logging.WARNING and "step-6" in r.getMessage() and "model.safetensors" in r.getMessage()
-               for r in roll_logs.records)
+    assert any(level == "WARNING" and "step-6" in m and "model.safetensors" in m for level, m in calls)
     got = {r["step"]: r["train/w0"] for r in _metrics(six_steps)}
     want = {r["step"]: r["train/w0"] for r in _metrics(reference)}
     assert sorted(got) == list(range(1, 9))
@@ -111,21 +112,22 @@ def test_explicit_damaged_checkpoint_is_refused_by_name(six_steps):
         LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=str(ckpt)))
 
 
-def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_steps, roll_logs):
+def test_a_resume_names_each_setting_that_differs_from_the_checkpoints_run(six_steps, log_calls):
     cfg = _cfg(six_steps, max_steps=8, resume_from_checkpoint=True, seed=7, **{"actor_train.training_args.lr": 2e-4})
+    calls = log_calls(base_module.logger)
     LinearPipeline(cfg)  # before setup: before Ray would start
-    warnings = [r.getMessage() for r in roll_logs.records if r.levelno == logging.WARNING]
+    warnings = [m for level, m in calls if level == "WARNING"]
     assert len(warnings) == 1, warnings
     assert "2 setting(s)" in warnings[0] and "seed: 42 -> 7" in warnings[0]
     assert "actor_train.training_args.lr: 0.001 -> 0.0002" in warnings[0]
-    assert any(r.levelno == logging.INFO and "max_steps 6 -> 8" in r.getMessage() for r in roll_logs.records)
+    assert ("INFO", "resume: max_steps 6 -> 8") in calls
 
 
-def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, roll_logs):
+def test_a_resume_that_only_runs_longer_warns_of_nothing(six_steps, log_calls):
+    calls = log_calls(base_module.logger)
     LinearPipeline(_cfg(six_steps, max_steps=8, resume_from_checkpoint=True)).run()
-    messages = [r.getMessage() for r in roll_logs.records]
-    assert any("resume: max_steps 6 -> 8" in m for m in messages)  # the records are there: none is a warning
-    assert not [m for m in messages if "setting(s)" in m]
+    assert ("INFO", "resume: max_steps 6 -> 8") in calls
+    assert [m for level, m in calls if level == "WARNING"] == []
     state = json.loads((six_steps / "checkpoints" / "step-8" / "driver_state.json").read_text())
     assert state["config"]["max_steps"] == 8 and state["config"]["seed"] == 42
 
@@ -157,7 +159,8 @@ class ShortSchedulePipeline(LinearPipeline):
         return {**super().train_step(step), "actor/lr": 1e-3 * max(0.0, 1 - step / 4)}
 
 
-def test_a_run_that_outlives_its_lr_schedule_says_so_at_the_end(tmp_path, roll_logs):
+def test_a_run_that_outlives_its_lr_schedule_says_so_at_the_end(tmp_path, log_calls):
+    calls = log_calls(base_module.logger)
     ShortSchedulePipeline(_cfg(tmp_path / "run", max_steps=8, save_steps=0)).run()
-    [msg] = [r.getMessage() for r in roll_logs.records if "actor/lr reached 0" in r.getMessage()]
+    [msg] = [m for level, m in calls if level == "WARNING" and "actor/lr reached 0" in m]
     assert msg.startswith("actor/lr reached 0 at step 5 and stayed 0 for the last 4 of the run's 8 steps")

@@ -1,7 +1,6 @@
 """Demonstrations render prompts as the env manager does (instruction, turn template); the SFT
 pipeline's data loading drops, counts and refuses what it cannot train on."""
 import json
-import logging
 
 import gymnasium
 import pytest
@@ -12,6 +11,7 @@ from roll.config.rollout import EnvConfig
 from roll.envs.agents import ExpertAgent
 from roll.config import load_config
 from roll.config.validate import ConfigError
+from roll.pipelines import sft as sft_module
 from roll.pipelines.sft import SFTPipeline, read_examples
 from roll.pipelines.sft_data import episode_messages, generate, step_samples
 from roll.workers.base import resolve_model
@@ -103,13 +103,14 @@ LONG = [{"role": "user", "content": "word " * 300}, {"role": "assistant", "conte
 NO_ANSWER = [{"role": "user", "content": "hi"}]
 
 
-def test_sft_data_dropped_at_load_is_warned_of_and_counted_with_the_first_step(tmp_path, roll_logs):
+def test_sft_data_dropped_at_load_is_warned_of_and_counted_with_the_first_step(tmp_path, log_calls):
     pipe = _sft_pipeline(tmp_path, [SHORT, LONG, NO_ANSWER, SHORT], [SHORT], max_seq_length=64)
     pipe.tokenizer = AutoTokenizer.from_pretrained(resolve_model("roll-tiny://tiny"))
+    calls = log_calls(sft_module.logger)
     kept = pipe._tokenize(read_examples([str(tmp_path / "train.jsonl")], "messages"), "train")
     pipe._tokenize(read_examples([str(tmp_path / "val.jsonl")], "messages"), "val")
     assert len(kept) == 2
-    [msg] = [r.getMessage() for r in roll_logs.records if r.levelno == logging.WARNING and "dropped" in r.getMessage()]
+    [msg] = [m for level, m in calls if level == "WARNING" and "dropped" in m]
     assert msg.startswith("train data: dropped 1 of 4 conversations over data.max_seq_length=64 (the longest has ")
     assert msg.endswith("and 1 without assistant turns")
     # both splits' counts are kept for the first step's metrics

@@ -15,6 +15,7 @@ from roll.config.roles import GeneratingArgs
 from roll.config.rollout import EnvConfig, EnvManagerConfig, RolloutConfig
 from roll.errors import RunFailedError
 from roll.rollout.failures import (EpisodeVerdict, ErrorLog, FailureSignature, check_step, classify_episode)
+from roll.rollout import scheduler as scheduler_module
 from roll.rollout.scheduler import RolloutScheduler
 from roll.workers.environment import EnvironmentWorker
 
@@ -198,7 +199,7 @@ def test_transient_failures_are_retried_counted_and_logged(tok, mode, tmp_path):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_env_that_never_reports_success_is_named_once(tok, mode, tmp_path, roll_logs):
+def test_an_env_that_never_reports_success_is_named_once(tok, mode, tmp_path, log_calls):
     # not a failure (the rewards still train), but its success rate would read 0 whatever happened
     async def main(env_id):
         sched = build(tok, env_id, mode, tmp_path)
@@ -207,10 +208,11 @@ def test_an_env_that_never_reports_success_is_named_once(tok, mode, tmp_path, ro
         finally:
             await sched.shutdown()
 
+    calls = log_calls(scheduler_module.logger)
     batches = asyncio.run(main("rolltest/NoSuccessKey-v0"))
     asyncio.run(main("rolltest/Countdown-v0"))  # reports success: no warning
     assert all(b.metrics["env/broken/success"] == 0.0 for b in batches)
-    warned = [r.getMessage() for r in roll_logs.records if "info['success']" in r.getMessage()]
+    warned = [m for level, m in calls if level == "WARNING" and "info['success']" in m]
     assert warned == ["env broken (rolltest/NoSuccessKey-v0): none of its 4 episodes reported info['success'], so its "
                       "success rate reads 0 whatever the episodes did; set info['success'] (a bool) in step(), at "
                       "least on the step that ends an episode (docs/adding_an_env.md)"], warned
