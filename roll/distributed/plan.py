@@ -402,38 +402,37 @@ def env_roles(cfg: Any) -> dict[str, Any]:
     return roles
 
 
-def _check_tag_groups(cfg: Any, plan: Plan, train_groups: int) -> None:
-    """Every env tag gets groups in each batch: the validation batch splits into whole groups that
-    match its ``num_groups_partition`` (otherwise the first validation round fails, after start-up),
-    and an even split over more tags than groups leaves tags out of every batch (an error: the
-    tag would never be trained, or never validated). A partition entry of 0 leaves its tag out on
-    purpose: a warning."""
-    train, val = cfg.train_env_manager, cfg.val_env_manager
-    managers = [("train_env_manager", train, train_groups, "trained", "rollout_batch_size")]
-    if val is not None and cfg.eval_steps:
-        vbs, vg = cfg.val_batch_size, val.group_size
+def _check_tag_groups(cfg: Any, plan: Plan) -> None:
+    """Each env manager's batch splits into whole groups that match its ``num_groups_partition``
+    (a validation batch that does not would fail its first round, after start-up), and every tag
+    gets groups in each batch: an even split over more tags than groups leaves tags out of every
+    batch (an error: never trained, or never validated); a partition entry of 0 leaves its tag out
+    on purpose (a warning)."""
+    managers = [("train_env_manager", cfg.train_env_manager, "rollout_batch_size", cfg.rollout_batch_size,
+                 "a batch", "trained")]
+    if cfg.val_env_manager is not None and cfg.eval_steps:
+        vbs, vg = cfg.val_batch_size, cfg.val_env_manager.group_size
         if vg < 1 or vbs % vg:
             plan.errors.append(f"val_batch_size {vbs} is not a multiple of val_env_manager.group_size {vg}")
         else:
-            part = val.num_groups_partition
-            if part and sum(part) != vbs // vg:
-                plan.errors.append(f"val_env_manager.num_groups_partition sums to {sum(part)}, but a validation "
-                                   f"batch has {vbs} / {vg} = {vbs // vg} groups")
-            elif part and len(part) != len(val.tags):
-                plan.errors.append(f"val_env_manager.num_groups_partition has {len(part)} entries for {len(val.tags)} tags")
-            else:
-                managers.append(("val_env_manager", val, vbs // vg, "validated", "val_batch_size"))
-    for where, mcfg, n_groups, done, size_key in managers:
-        if mcfg.num_groups_partition and len(mcfg.num_groups_partition) != len(mcfg.tags):
-            continue  # reported above
-        per_tag = groups_per_tag(mcfg.tags, mcfg.num_groups_partition, n_groups)
-        left_out = [t for t, n in per_tag.items() if n < 1]
-        if not left_out:
-            continue
-        if mcfg.num_groups_partition:
+            managers.append(("val_env_manager", cfg.val_env_manager, "val_batch_size", vbs, "a validation batch",
+                             "validated"))
+    for where, mcfg, size_key, size, batch, done in managers:
+        g = mcfg.group_size
+        n_groups, part = size // g, mcfg.num_groups_partition
+        bad = False
+        if part and sum(part) != n_groups:
+            plan.errors.append(f"{where}.num_groups_partition sums to {sum(part)}, but {batch} has {size} / {g} = "
+                               f"{n_groups} groups")
+            bad = True
+        if part and len(part) != len(mcfg.tags):
+            plan.errors.append(f"{where}.num_groups_partition has {len(part)} entries for {len(mcfg.tags)} tags")
+            bad = True
+        left_out = [] if bad else [t for t, n in groups_per_tag(mcfg.tags, part, n_groups).items() if n < 1]
+        if left_out and part:
             plan.warnings.append(f"{where}.num_groups_partition gives {', '.join(map(repr, left_out))} no groups: "
                                  f"never {done}")
-        else:
+        elif left_out:
             plan.errors.append(f"{where}: {n_groups} group(s) per batch ({size_key} / group_size) split evenly over "
                                f"{len(mcfg.tags)} tags leaves {', '.join(map(repr, left_out))} with none: never "
                                f"{done}; raise {size_key} or list fewer tags")
@@ -478,12 +477,7 @@ def _batch_arithmetic(cfg: Any, plan: Plan) -> None:
     elif cfg.pipeline == "agentic":
         groups = rbs // g
         rows.append(("groups per batch", str(groups)))
-        part = cfg.train_env_manager.num_groups_partition
-        if part and sum(part) != groups:
-            errors.append(f"train_env_manager.num_groups_partition sums to {sum(part)}, but a batch has {rbs} / {g} = {groups} groups")
-        if part and len(part) != len(cfg.train_env_manager.tags):
-            errors.append(f"train_env_manager.num_groups_partition has {len(part)} entries for {len(cfg.train_env_manager.tags)} tags")
-        _check_tag_groups(cfg, plan, groups)
+        _check_tag_groups(cfg, plan)
         _check_val_seeds(cfg, plan, groups)
     step_mode = cfg.pipeline == "agentic" and cfg.train_env_manager.mode == "step"
     for name in ("actor_train", "critic"):
